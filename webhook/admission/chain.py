@@ -1,0 +1,130 @@
+"""The rule chains and their order: the one place that says which rule runs when.
+
+A rule is a module with ``NAME``, ``handles(request) -> bool`` and ``admit(ctx)`` (mutating) or
+``validate(ctx)`` (validating). It changes the pod only through ``ctx.patch``, adds warnings and
+audit annotations to ``ctx.decision``, and returns a denial Decision or None to go on.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import orjson
+
+from webhook.admission import (
+    batch_mixing,
+    batch_resources,
+    batch_units,
+    colocation_profile,
+    koordinator_rules,
+    priority,
+    quota_presence,
+)
+from webhook.admission.patch import PatchBuilder
+from webhook.admission.response import Decision, errored
+from webhook.admission.review import AdmissionRequest
+from webhook.cluster.state import ClusterState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class Settings:
+    """Admission configuration from the command line (``--quota-config``)."""
+
+    limited_resources: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Context:
+    request: AdmissionRequest
+    state: ClusterState
+    settings: Settings
+    pod: dict[str, Any]                      # working copy (mutating) or the object (validating)
+    old_pod: dict[str, Any] | None
+    patch: PatchBuilder
+    decision: Decision
+    explain: list[str] | None = None          # filled only for `review --explain`
+    facts: dict[str, Any] = field(default_factory=dict)  # what earlier rules found out
+
+    @property
+    def namespace(self) -> str:
+        return (self.pod.get("metadata") or {}).get("namespace") or self.request.namespace
+
+    @property
+    def pod_name(self) -> str:
+        """The name used in Forbidden prefixes: name, else generateName, else "Unknown"."""
+        meta = self.pod.get("metadata") or {}
+        return meta.get("name") or self.request.name or meta.get("generateName") or "Unknown"
+
+    def note(self, rule: str, text: str) -> None:
+        if self.explain is not None:
+            self.explain.append(f"[{rule}] {text}")
+
+
+class MutatingRule(Protocol):
+    NAME: str
+
+    def handles(self, request: AdmissionRequest) -> bool: ...
+    def admit(self, ctx: Context) -> Decision | None: ...
+
+
+class ValidatingRule(Protocol):
+    NAME: str
+
+    def handles(self, request: AdmissionRequest) -> bool: ...
+    def validate(self, ctx: Context) -> Decision | None: ...
+
+
+MUTATING: tuple[Any, ...] = (colocation_profile, priority, batch_resources)
+VALIDATING: tuple[Any, ...] = (batch_mixing, batch_units, koordinator_rules, quota_presence)
+
+
+def _copy(obj: dict[str, Any]) -> dict[str, Any]:
+    return orjson.loads(orjson.dumps(obj))  # 10x faster than copy.deepcopy for JSON data
+
+
+def _run(rules: tuple[Any, ...], method: str, request: AdmissionRequest, state: ClusterState,
+         settings: Settings, explain: list[str] | None, mutate: bool) -> Decision:
+    decision = Decision()
+    active = [r for r in rules if r.handles(request)]
+    if explain is not None:
+        for r in rules:
+            if r not in active:
+                explain.append(f"[{r.NAME}] skipped: does not handle {request.operation} "
+                               f"{request.resource.resource}{'/' + request.subResource if request.subResource else ''}")
+    if not active:
+        return decision
+    obj = request.object
+    if not isinstance(obj, dict):
+        return errored(400, f"request.object must be a {request.kind.kind or 'Pod'} object for "
+                            f"{request.operation}, got {type(obj).__name__}")
+    pod = _copy(obj) if mutate else obj
+    ctx = Context(request, state, settings, pod, request.oldObject, PatchBuilder(pod), decision, explain)
+    for rule in active:
+        try:
+            verdict = getattr(rule, method)(ctx)
+        except Exception as exc:  # a bug must not become a 500 with a traceback
+            log.exception("rule %s failed on request %s", rule.NAME, request.uid)
+            return errored(500, f"internal error in rule {rule.NAME}: {type(exc).__name__}", rule=rule.NAME)
+        if verdict is not None and not verdict.allowed:
+            verdict.warnings = decision.warnings + verdict.warnings
+            verdict.audit_annotations = {**decision.audit_annotations, **verdict.audit_annotations}
+            verdict.rule = verdict.rule or rule.NAME
+            if explain is not None:
+                explain.append(f"[{rule.NAME}] denied: {verdict.message}")
+            return verdict
+    decision.patch = ctx.patch.ops
+    return decision
+
+
+def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
+           explain: list[str] | None = None) -> Decision:
+    return _run(MUTATING, "admit", request, state, settings, explain, mutate=True)
+
+
+def validate(request: AdmissionRequest, state: ClusterState, settings: Settings,
+             explain: list[str] | None = None) -> Decision:
+    return _run(VALIDATING, "validate", request, state, settings, explain, mutate=False)

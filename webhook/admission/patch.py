@@ -1,0 +1,129 @@
+"""Explicit RFC 6902 patch building.
+
+Rules change a working copy of the object through a ``PatchBuilder``, which applies each change
+and records the operation that makes it, so the patch is exactly what the rules did: no diff
+library (slow, and it emits surprising ``move`` ops), missing parent maps added, keys escaped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+Path = tuple[str | int, ...]
+_MISSING = object()
+
+
+def pointer(path: Path) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _get(doc: Any, path: Path) -> Any:
+    cur = doc
+    for p in path:
+        if isinstance(cur, dict):
+            if p not in cur:
+                return _MISSING
+            cur = cur[p]
+        elif isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur):
+            cur = cur[p]
+        else:
+            return _MISSING
+    return cur
+
+
+class PatchBuilder:
+    """Applies changes to ``doc`` in place and records the JSON Patch operations."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        self.doc = doc
+        self.ops: list[dict[str, Any]] = []
+
+    def get(self, path: Path, default: Any = None) -> Any:
+        value = _get(self.doc, path)
+        return default if value is _MISSING else value
+
+    def set(self, path: Path, value: Any) -> bool:
+        """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
+        cur: Any = self.doc
+        for i, p in enumerate(path[:-1]):
+            nxt = cur.get(p) if isinstance(cur, dict) else (cur[p] if isinstance(cur, list) else None)
+            if not isinstance(nxt, (dict, list)):
+                # Build the rest of the path as one value: "add" to a missing parent fails upstream.
+                nested: Any = value
+                for q in reversed(path[i + 1:]):
+                    nested = {q: nested}
+                op = "replace" if isinstance(cur, dict) and p in cur else "add"
+                cur[p] = nested
+                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": nested})
+                return True
+            cur = nxt
+        last = path[-1]
+        if isinstance(cur, dict):
+            if last in cur:
+                if cur[last] == value:
+                    return False
+                op = "replace"
+            else:
+                op = "add"
+        else:
+            op = "replace"
+        cur[last] = value
+        self.ops.append({"op": op, "path": pointer(path), "value": value})
+        return True
+
+    def remove(self, path: Path) -> bool:
+        parent = _get(self.doc, path[:-1])
+        if isinstance(parent, dict) and path[-1] in parent:
+            del parent[path[-1]]
+        elif isinstance(parent, list) and isinstance(path[-1], int) and 0 <= path[-1] < len(parent):
+            del parent[path[-1]]
+        else:
+            return False
+        self.ops.append({"op": "remove", "path": pointer(path)})
+        return True
+
+    def update(self, path: Path, new: Any) -> None:
+        """Make ``path`` equal to ``new`` with the fewest explicit ops (maps merged key by key,
+        lists of equal length element by element, anything else replaced whole)."""
+        old = _get(self.doc, path)
+        if old is _MISSING:
+            self.set(path, new)
+            return
+        if isinstance(old, dict) and isinstance(new, dict):
+            for k in [k for k in old if k not in new]:
+                self.remove(path + (k,))
+            for k, v in new.items():
+                self.update(path + (k,), v)
+            return
+        if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            for i, v in enumerate(new):
+                self.update(path + (i,), v)
+            return
+        if old != new or type(old) is not type(new):
+            self.set(path, new)
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def apply_ops(doc: Any, ops: list[dict[str, Any]]) -> Any:
+    """Apply add/replace/remove ops (the only ones PatchBuilder emits) to ``doc`` in place."""
+    for op in ops:
+        tokens = [_unescape(t) for t in op["path"].split("/")[1:]]
+        if not tokens:
+            doc = op["value"]
+            continue
+        parent = doc
+        for t in tokens[:-1]:
+            parent = parent[int(t)] if isinstance(parent, list) else parent[t]
+        last: Any = tokens[-1]
+        if isinstance(parent, list):
+            last = len(parent) if last == "-" else int(last)
+        if op["op"] == "remove":
+            del parent[last]
+        elif op["op"] == "add" and isinstance(parent, list):
+            parent.insert(last, op["value"])
+        else:
+            parent[last] = op["value"]
+    return doc

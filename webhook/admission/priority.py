@@ -1,0 +1,41 @@
+"""Priority resolution: the in-tree Priority plugin's CREATE rules (kubernetes.md §1.2).
+
+``priorityClassName`` becomes ``spec.priority`` and ``spec.preemptionPolicy``; no name means the
+globalDefault class (its name written into the pod); a mismatch is denied with upstream's text.
+"""
+
+from __future__ import annotations
+
+from webhook.admission.response import Decision, denied
+from webhook.admission.review import AdmissionRequest
+from webhook.core.priority import resolve_priority
+
+NAME = "priority"
+
+
+def handles(request: AdmissionRequest) -> bool:
+    return request.is_pod and request.operation == "CREATE"
+
+
+def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
+    spec = ctx.pod.get("spec")
+    if not isinstance(spec, dict):
+        return denied("spec: Required value: a pod needs a spec", rule=NAME, code=400, reason="BadRequest")
+    state = ctx.state
+    res = resolve_priority(spec, state.priority_class, state.default_priority_class())
+    if res.error:
+        ctx.note(NAME, f"denied: {res.error}")
+        return denied(res.error, rule=NAME)
+    changed = False
+    if res.class_name and spec.get("priorityClassName") != res.class_name:
+        changed |= ctx.patch.set(("spec", "priorityClassName"), res.class_name)
+    changed |= ctx.patch.set(("spec", "priority"), res.priority)
+    changed |= ctx.patch.set(("spec", "preemptionPolicy"), res.preemption_policy)
+    ctx.facts["priority"] = res.priority
+    if changed:
+        summary = f"{res.class_name or '<none>'}: priority {res.priority}, {res.preemption_policy}"
+        ctx.decision.audit_annotations[NAME] = summary
+        ctx.note(NAME, f"resolved {summary}")
+    else:
+        ctx.note(NAME, f"already resolved: {res.class_name or '<none>'} = {res.priority}")
+    return None

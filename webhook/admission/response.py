@@ -1,0 +1,43 @@
+"""The answer vocabulary: a rule returns a Decision built by one of these constructors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+WARNING_LIMIT = 120  # apiserver guidance: keep each warning under 120 characters
+
+
+@dataclass(slots=True)
+class Decision:
+    allowed: bool = True
+    code: int = 200
+    reason: str = ""
+    message: str = ""
+    patch: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    audit_annotations: dict[str, str] = field(default_factory=dict)
+    rule: str = ""  # the rule that denied, for metrics and --explain
+
+    def warn(self, text: str) -> None:
+        if len(text) >= WARNING_LIMIT:
+            text = text[: WARNING_LIMIT - 2] + "…"
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+
+def allowed() -> Decision:
+    return Decision()
+
+
+def patched(ops: list[dict[str, Any]]) -> Decision:
+    return Decision(patch=ops)
+
+
+def denied(message: str, rule: str = "", code: int = 403, reason: str = "Forbidden") -> Decision:
+    return Decision(allowed=False, code=code, reason=reason, message=message, rule=rule)
+
+
+def errored(code: int, message: str, rule: str = "") -> Decision:
+    reason = {400: "BadRequest", 500: "InternalError"}.get(code, "")
+    return Decision(allowed=False, code=code, reason=reason, message=message, rule=rule)

@@ -1,0 +1,224 @@
+"""``colocation-webhook``: serve the admission webhook, or review a pod offline."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import ssl
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from webhook.admission import chain
+from webhook.admission.patch import apply_ops
+from webhook.admission.quota_config import QuotaConfigError, load_quota_config
+from webhook.admission.response import Decision
+from webhook.admission.review import AdmissionRequest, ReviewError, encode_response, review_from_dict
+from webhook.cli.logs import setup_logging
+from webhook.cluster.files import StateFileError
+from webhook.cluster.sources import build_source, describe
+from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+
+log = logging.getLogger("colocation-webhook")
+EXIT_DENIED, EXIT_USAGE = 1, 2
+
+
+class UsageError(Exception):
+    """Unusable input: printed as one line on stderr, exit code 2."""
+
+
+def _settings(quota_config: Path | None) -> chain.Settings:
+    if quota_config is None:
+        return chain.Settings()
+    try:
+        return chain.Settings(limited_resources=load_quota_config(quota_config))
+    except QuotaConfigError as exc:
+        raise UsageError(f"--quota-config: {exc}") from None
+
+
+def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: bool = False):  # type: ignore[no-untyped-def]
+    state = ClusterState(WEBHOOK_KINDS)
+    try:
+        source = build_source(state, cluster_state, kubeconfig, watch_files=watch)
+    except StateFileError as exc:
+        raise UsageError(f"--cluster-state: {exc}") from None
+    return state, source
+
+
+# -- serve ----------------------------------------------------------------------------------
+def serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from webhook.admission.app import create_app
+    from webhook.tls import ensure_localhost
+
+    setup_logging(args.log_format)
+    if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
+        raise UsageError("--tls-cert-file and --tls-private-key-file go together")
+    if args.cluster_state is not None and args.kubeconfig:
+        raise UsageError("--kubeconfig and --cluster-state are alternatives; give one")
+    settings = _settings(args.quota_config)
+    state, source = _state(args.cluster_state, args.kubeconfig, watch=True)
+    if args.tls_cert_file:
+        cert, key = Path(args.tls_cert_file), Path(args.tls_private_key_file)
+        for flag, p in (("--tls-cert-file", cert), ("--tls-private-key-file", key)):
+            if not p.is_file():
+                raise UsageError(f"{flag}: {p} does not exist")
+    else:
+        paths, created = ensure_localhost(Path("certs"))
+        cert, key = paths.cert, paths.key
+        log.info("%s a self-signed certificate for localhost: CA %s, certificate %s, key %s",
+                 "created" if created else "reusing", paths.ca_cert.resolve(), cert.resolve(), key.resolve())
+    app = create_app(state, settings)
+    config = uvicorn.Config(app, host=args.host, port=args.port, ssl_certfile=str(cert), ssl_keyfile=str(key),
+                            log_config=None, access_log=False, lifespan="off", server_header=False)
+    try:
+        config.load()
+    except (ssl.SSLError, OSError) as exc:
+        raise UsageError(f"cannot load the TLS certificate/key ({cert}, {key}): {exc}") from None
+    assert config.ssl is not None
+    config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
+    app.state.ssl_context = config.ssl
+    log.info("cluster state: %s", describe(args.cluster_state, args.kubeconfig))
+    source.start()
+    log.info("serving https://%s:%d (/mutate, /validate, /healthz, /readyz, /metrics)", args.host, args.port)
+    try:
+        uvicorn.Server(config).run()
+    finally:
+        source.stop()
+    return 0
+
+
+# -- review ---------------------------------------------------------------------------------
+def _load_document(path: Path, what: str) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{what} {path}: cannot read: {exc.strerror}") from None
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"{what} {path}{line}: invalid YAML/JSON: {getattr(exc, 'problem', exc)}") from None
+    if len(docs) != 1 or not isinstance(docs[0], dict):
+        raise UsageError(f"{what} {path}: expected one Pod or AdmissionReview object")
+    return docs[0]
+
+
+def _request_for(doc: dict[str, Any], path: Path, operation: str | None, old: dict[str, Any] | None) -> tuple[str, AdmissionRequest]:
+    if doc.get("kind") == "AdmissionReview":
+        try:
+            review = review_from_dict(doc)
+        except ReviewError as exc:
+            raise UsageError(f"{path}: {exc.message}") from None
+        req = review.request
+        if operation:
+            req.operation = operation  # type: ignore[assignment]
+        if old is not None:
+            req.oldObject = old
+        return review.apiVersion, req
+    if doc.get("kind") not in (None, "Pod"):
+        raise UsageError(f"{path}: expected a Pod or an AdmissionReview, got kind {doc.get('kind')!r}")
+    op = operation or ("UPDATE" if old is not None else "CREATE")
+    if op == "UPDATE" and old is None:
+        raise UsageError("--operation UPDATE needs --old FILE (the pod before the update)")
+    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    raw = {
+        "uid": str(uuid.uuid4()),
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
+        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "name": meta.get("name") or "",
+        "namespace": meta.get("namespace") or "default",
+        "operation": op,
+        "userInfo": {"username": "colocation-webhook-review"},
+        "object": doc,
+        "oldObject": old,
+        "dryRun": True,
+    }
+    return "admission.k8s.io/v1", AdmissionRequest.model_validate(raw)
+
+
+def review(args: argparse.Namespace) -> int:
+    settings = _settings(args.quota_config)
+    state, _ = _state(args.cluster_state)
+    old = _load_document(args.old, "--old") if args.old else None
+    doc = _load_document(args.file, "FILE")
+    api_version, req = _request_for(doc, args.file, args.operation, old)
+    explain: list[str] | None = [] if args.explain else None
+    mutation = chain.mutate(req, state, settings, explain)
+    final = req.object
+    validation = Decision()
+    if mutation.allowed and isinstance(req.object, dict):
+        final = apply_ops(orjson.loads(orjson.dumps(req.object)), mutation.patch)
+        validation = chain.validate(req.model_copy(update={"object": final}), state, settings, explain)
+    if explain is not None:
+        print("\n".join(explain) or "no rule handled this request", file=sys.stderr)
+        print(f"patch: {orjson.dumps(mutation.patch).decode()}", file=sys.stderr)
+    if args.output == "review":
+        out = {"mutate": orjson.loads(encode_response(api_version, req.uid, mutation)),
+               "validate": orjson.loads(encode_response(api_version, req.uid, validation))}
+        sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.output == "patch":
+        sys.stdout.write(orjson.dumps(mutation.patch, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif args.output == "json":
+        sys.stdout.write(orjson.dumps(final, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(yaml.safe_dump(final, sort_keys=False))
+    for w in mutation.warnings + validation.warnings:
+        print(f"Warning: {w}", file=sys.stderr)
+    for verdict in (mutation, validation):
+        if not verdict.allowed:
+            print(f"denied by {verdict.rule or 'webhook'}: {verdict.message}", file=sys.stderr)
+            return EXIT_DENIED
+    return 0
+
+
+# -- entry point ----------------------------------------------------------------------------
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="colocation-webhook", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    s = sub.add_parser("serve", help="serve /mutate and /validate over TLS")
+    s.add_argument("--host", default="0.0.0.0")
+    s.add_argument("--port", type=int, default=8443)
+    s.add_argument("--tls-cert-file")
+    s.add_argument("--tls-private-key-file")
+    src = s.add_mutually_exclusive_group()
+    src.add_argument("--kubeconfig")
+    src.add_argument("--cluster-state", type=Path, metavar="DIR")
+    s.add_argument("--quota-config", type=Path, metavar="F")
+    s.add_argument("--log-format", choices=("text", "json"), default="text")
+    s.set_defaults(func=serve)
+
+    r = sub.add_parser("review", help="run the mutate-then-validate chain offline on a pod")
+    r.add_argument("file", type=Path, metavar="FILE", help="a Pod manifest or an AdmissionReview (YAML or JSON)")
+    r.add_argument("--cluster-state", type=Path, metavar="DIR")
+    r.add_argument("--quota-config", type=Path, metavar="F")
+    r.add_argument("--operation", choices=("CREATE", "UPDATE"))
+    r.add_argument("--old", type=Path, metavar="FILE")
+    r.add_argument("--output", choices=("yaml", "json", "patch", "review"), default="yaml")
+    r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted")
+    r.set_defaults(func=review)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"colocation-webhook: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

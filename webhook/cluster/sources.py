@@ -1,0 +1,65 @@
+"""Choosing and starting the cluster-state source from command-line flags (both programs)."""
+
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+from typing import Protocol
+
+from webhook.cluster.files import FilesSource
+from webhook.cluster.state import ClusterState
+
+
+class Source(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+def example_folder() -> Path:
+    """The embedded example state shipped in the package."""
+    return Path(str(resources.files("webhook.cluster") / "example"))
+
+
+def in_cluster() -> bool:
+    return bool(os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def describe(cluster_state: Path | None, kubeconfig: str | None) -> str:
+    if cluster_state is not None:
+        return f"files from {cluster_state}"
+    if kubeconfig:
+        return f"live cluster via {kubeconfig}"
+    if in_cluster():
+        return "live cluster via in-cluster config"
+    return f"embedded example state ({example_folder()})"
+
+
+def build_source(state: ClusterState, cluster_state: Path | None, kubeconfig: str | None,
+                 watch_files: bool = True, **live_options: object) -> Source:
+    """Load files synchronously (StateFileError is the caller's to report) or set up a live source.
+
+    With neither flag: in-cluster config when KUBERNETES_SERVICE_HOST is set, else the example state.
+    """
+    if cluster_state is None and not kubeconfig and not in_cluster():
+        src = FilesSource(example_folder(), state)
+        src.load()
+        return _NoWatch(src)
+    if cluster_state is not None:
+        src = FilesSource(cluster_state, state)
+        src.load()
+        return src if watch_files else _NoWatch(src)
+    from webhook.cluster.live import LiveSource
+
+    return LiveSource(state, kubeconfig=kubeconfig, **live_options)  # type: ignore[arg-type]
+
+
+class _NoWatch:
+    def __init__(self, src: FilesSource) -> None:
+        self.src = src
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass

@@ -1,0 +1,189 @@
+"""The read-only cluster view both programs query, kept in memory as raw dicts.
+
+A source (``files`` or ``live``) writes into a ``ClusterState``; rules and the agent only read.
+Every write replaces whole dicts, so a reader never sees a half-applied update.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.core.priority import SYSTEM_PRIORITY_CLASSES, default_priority_class
+
+SLO_CONFIG_NAMESPACE = "koordinator-system"
+SLO_CONFIG_NAME = "slo-controller-config"
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One API resource the state holds, with what a REST client needs to list and watch it."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+KINDS: dict[str, Kind] = {
+    k.kind: k
+    for k in (
+        Kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", False),
+        Kind("Namespace", "", "v1", "namespaces", False),
+        Kind("ResourceQuota", "", "v1", "resourcequotas", True),
+        Kind("ClusterColocationProfile", "config.koordinator.sh", "v1alpha1", "clustercolocationprofiles", False),
+        Kind("ConfigMap", "", "v1", "configmaps", True),
+        Kind("Node", "", "v1", "nodes", False),
+        Kind("Pod", "", "v1", "pods", True),
+    )
+}
+# What the admission webhook needs; the agent asks for Node, Pod and ConfigMap.
+WEBHOOK_KINDS = ("PriorityClass", "Namespace", "ResourceQuota", "ClusterColocationProfile", "ConfigMap")
+AGENT_KINDS = ("Node", "Pod", "ConfigMap")
+
+Key = tuple[str, str]  # (namespace or "", name)
+
+
+def object_key(obj: dict[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return (meta.get("namespace") or "", meta.get("name") or "")
+
+
+class ClusterState:
+    """In-memory objects by kind, plus which kinds have completed their first sync."""
+
+    def __init__(self, kinds: Iterable[str] = tuple(KINDS)) -> None:
+        self.kinds = tuple(kinds)
+        self._objects: dict[str, dict[Key, dict[str, Any]]] = {k: {} for k in self.kinds}
+        self._synced: set[str] = set()
+        self._errors: dict[str, str] = {}
+        self._lock = threading.Lock()  # writers only; readers take the current dict reference
+        self._derived: dict[str, Any] = {}
+        self.generation = 0
+
+    # -- writes (sources) -------------------------------------------------------------
+    def replace(self, kind: str, objects: Iterable[dict[str, Any]]) -> None:
+        fresh = {object_key(o): o for o in objects}
+        with self._lock:
+            self._objects[kind] = fresh
+            self._touch()
+
+    def replace_all(self, by_kind: dict[str, list[dict[str, Any]]]) -> None:
+        """Swap every kind at once (a reloaded folder), so readers see old or new, never a mix."""
+        fresh = {k: {object_key(o): o for o in by_kind.get(k, [])} for k in self.kinds}
+        with self._lock:
+            self._objects = fresh
+            self._synced = set(self.kinds)
+            self._errors.clear()
+            self._touch()
+
+    def upsert(self, kind: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            current = dict(self._objects.get(kind, {}))
+            current[object_key(obj)] = obj
+            self._objects[kind] = current
+            self._touch()
+
+    def delete(self, kind: str, obj: dict[str, Any]) -> None:
+        with self._lock:
+            current = dict(self._objects.get(kind, {}))
+            current.pop(object_key(obj), None)
+            self._objects[kind] = current
+            self._touch()
+
+    def mark_synced(self, kind: str) -> None:
+        with self._lock:
+            self._synced = self._synced | {kind}
+            self._errors.pop(kind, None)
+
+    def mark_unsynced(self, kind: str, reason: str) -> None:
+        with self._lock:
+            self._synced = self._synced - {kind}
+            self._errors[kind] = reason
+
+    def _touch(self) -> None:
+        self.generation += 1
+        self._derived = {}
+
+    # -- readiness ----------------------------------------------------------------------
+    @property
+    def ready(self) -> bool:
+        return all(k in self._synced for k in self.kinds)
+
+    def not_ready_reason(self) -> str | None:
+        missing = [k for k in self.kinds if k not in self._synced]
+        if not missing:
+            return None
+        details = [f"{k} ({self._errors[k]})" if k in self._errors else k for k in missing]
+        return "cluster state not synced yet: " + ", ".join(details)
+
+    def synced_kinds(self) -> frozenset[str]:
+        return frozenset(self._synced)
+
+    def counts(self) -> dict[str, int]:
+        return {k: len(self._objects.get(k, {})) for k in self.kinds}
+
+    # -- reads --------------------------------------------------------------------------
+    def objects(self, kind: str) -> list[dict[str, Any]]:
+        return list(self._objects.get(kind, {}).values())
+
+    def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
+        return self._objects.get(kind, {}).get((namespace, name))
+
+    def _cached(self, key: str, build):  # type: ignore[no-untyped-def]
+        derived = self._derived
+        if key not in derived:
+            derived[key] = build()
+        return derived[key]
+
+    def priority_class(self, name: str) -> dict[str, Any] | None:
+        pc = self._objects.get("PriorityClass", {}).get(("", name))
+        if pc is None:
+            pc = SYSTEM_PRIORITY_CLASSES.get(name)
+        return pc
+
+    def default_priority_class(self) -> dict[str, Any] | None:
+        return self._cached("default_pc", lambda: default_priority_class(self.objects("PriorityClass")))
+
+    def namespace_labels(self, namespace: str) -> dict[str, str] | None:
+        """The namespace's labels (with ``kubernetes.io/metadata.name``), or None when unknown."""
+        ns = self._objects.get("Namespace", {}).get(("", namespace))
+        if ns is None:
+            return None
+        labels = dict((ns.get("metadata") or {}).get("labels") or {})
+        labels.setdefault(NAMESPACE_NAME_LABEL, namespace)
+        return labels
+
+    def colocation_profiles(self) -> list[dict[str, Any]]:
+        """Every ClusterColocationProfile, in name order (the order they apply in)."""
+        return self._cached(
+            "profiles",
+            lambda: [p for _, p in sorted(self._objects.get("ClusterColocationProfile", {}).items())],
+        )
+
+    def resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
+        def build() -> dict[str, list[dict[str, Any]]]:
+            by_ns: dict[str, list[dict[str, Any]]] = {}
+            for (ns, _), q in sorted(self._objects.get("ResourceQuota", {}).items()):
+                by_ns.setdefault(ns, []).append(q)
+            return by_ns
+
+        return self._cached("quotas", build).get(namespace, [])
+
+    def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self._objects.get("ConfigMap", {}).get((namespace, name))
+
+    def node(self, name: str) -> dict[str, Any] | None:
+        return self._objects.get("Node", {}).get(("", name))
+
+    def pods_on_node(self, node_name: str) -> list[dict[str, Any]]:
+        return [p for p in self._objects.get("Pod", {}).values()
+                if (p.get("spec") or {}).get("nodeName") == node_name]

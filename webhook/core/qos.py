@@ -1,0 +1,63 @@
+"""QoS classes: Koordinator's (label) and the kubelet's (computed from cpu/memory)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.core.quantity import QuantityError, parse_quantity
+
+QOS_LABEL = "koordinator.sh/qosClass"
+# Legacy ACK protocol: the annotation counts as the label (seed 003).
+LEGACY_QOS_ANNOTATION = "alibabacloud.com/qosClass"
+KOORD_QOS_CLASSES = ("LSE", "LSR", "LS", "BE", "SYSTEM")
+
+
+def koord_qos_class(pod: dict[str, Any]) -> str:
+    """The pod's Koordinator QoS class as written by the user ("" when none or unknown)."""
+    meta = pod.get("metadata") or {}
+    value = (meta.get("labels") or {}).get(QOS_LABEL)
+    if value is None:
+        value = (meta.get("annotations") or {}).get(LEGACY_QOS_ANNOTATION)
+    return value if value in KOORD_QOS_CLASSES else ""
+
+
+def is_be(pod: dict[str, Any]) -> bool:
+    return koord_qos_class(pod) == "BE"
+
+
+def kube_qos_class(pod: dict[str, Any]) -> str:
+    """Guaranteed, Burstable or BestEffort, by the kubelet's rules (status.qosClass wins)."""
+    status_qos = (pod.get("status") or {}).get("qosClass")
+    if status_qos:
+        return status_qos
+    spec = pod.get("spec") or {}
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    guaranteed = True
+    for c in (spec.get("initContainers") or []) + (spec.get("containers") or []):
+        res = c.get("resources") or {}
+        c_limits = 0
+        for kind, acc in (("requests", requests), ("limits", limits)):
+            for name in ("cpu", "memory"):
+                raw = (res.get(kind) or {}).get(name)
+                if raw is None and kind == "requests":
+                    # API defaulting copies a limit into a missing request.
+                    raw = (res.get("limits") or {}).get(name)
+                if raw is None:
+                    continue
+                try:
+                    q = parse_quantity(raw)
+                except QuantityError:
+                    continue
+                if q <= 0:
+                    continue
+                acc[name] = acc.get(name, 0) + q
+                if kind == "limits":
+                    c_limits += 1
+        if c_limits < 2:
+            guaranteed = False
+    if not requests and not limits:
+        return "BestEffort"
+    if guaranteed and requests.keys() == limits.keys() and all(requests[k] == limits[k] for k in limits):
+        return "Guaranteed"
+    return "Burstable"

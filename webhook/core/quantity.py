@@ -1,0 +1,127 @@
+"""Kubernetes ``resource.Quantity`` parsing and formatting (apimachinery semantics).
+
+Hand-written on purpose: ``kubernetes.utils.parse_quantity`` accepts things the apiserver refuses
+(" 1 ", "1_000", "NaN", "1e3Mi"), so the strict grammar lives here once for both programs.
+Values are exact ``Decimal``s rounded up to nano scale, as upstream stores them.
+"""
+
+from __future__ import annotations
+
+import decimal
+import re
+from decimal import Decimal
+from functools import lru_cache
+
+# Upstream's own error texts (apimachinery pkg/api/resource/quantity.go).
+ERR_FORMAT = (
+    "quantities must match the regular expression "
+    "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
+ERR_NUMERIC = "unable to parse numeric part of quantity"
+ERR_SUFFIX = "unable to parse quantity's suffix"
+
+_LOOSE = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
+_NUMBER = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
+_EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+
+_CTX = decimal.Context(prec=80, rounding=decimal.ROUND_CEILING)
+_NANO = Decimal("1e-9")
+_INT64_MAX = 2**63 - 1
+
+
+class QuantityError(ValueError):
+    """A string that is not a Kubernetes quantity; the message is upstream's."""
+
+
+def parse_quantity(text: object) -> Decimal:
+    """Parse a quantity as the apiserver would (a JSON number is accepted like its string form)."""
+    if isinstance(text, str):
+        return _parse(text)
+    if isinstance(text, int) and not isinstance(text, bool):
+        return _parse(str(text))
+    if isinstance(text, float) and text.is_integer():
+        return _parse(str(int(text)))
+    raise QuantityError(ERR_FORMAT)
+
+
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> Decimal:
+    m = _LOOSE.match(text)
+    if m is None:
+        raise QuantityError(ERR_FORMAT)
+    number, suffix = m.group(1), m.group(2)
+    if not _NUMBER.match(number):
+        raise QuantityError(ERR_NUMERIC)
+    value = Decimal(number)
+    if suffix in _BINARY:
+        value = _CTX.multiply(value, _BINARY[suffix])
+    elif suffix in _DECIMAL:
+        value = value.scaleb(_DECIMAL[suffix], _CTX)
+    elif _EXPONENT.match(suffix):
+        value = value.scaleb(int(suffix[1:]), _CTX)
+    else:
+        raise QuantityError(ERR_SUFFIX)
+    # Nano precision, rounded away from zero like upstream's inf.Dec rounding.
+    rounding = decimal.ROUND_UP
+    value = value.quantize(_NANO, rounding=rounding, context=_CTX)
+    if value == 0:
+        return Decimal(0)
+    return value.normalize(_CTX)
+
+
+def is_quantity(text: object) -> bool:
+    try:
+        parse_quantity(text)
+    except QuantityError:
+        return False
+    return True
+
+
+def milli_value(q: Decimal) -> int:
+    """Whole milli-units, rounded up (upstream ``MilliValue``)."""
+    return int(_CTX.multiply(q, 1000).to_integral_value(rounding=decimal.ROUND_CEILING))
+
+
+def int_value(q: Decimal) -> int:
+    """Whole units, rounded up (upstream ``Value``)."""
+    return int(q.to_integral_value(rounding=decimal.ROUND_CEILING))
+
+
+def is_whole(q: Decimal) -> bool:
+    return q == q.to_integral_value()
+
+
+def format_binary_si(value: int) -> str:
+    """Canonical BinarySI form for whole values: ``1536Mi``, ``58472Ki``; < 1024 prints plain."""
+    if value == 0:
+        return "0"
+    sign = "-" if value < 0 else ""
+    v = abs(value)
+    if v < 1024:
+        return f"{sign}{v}"
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        unit = _BINARY[suffix]
+        if v % unit == 0:
+            return f"{sign}{v // unit}{suffix}"
+    return f"{sign}{v}"
+
+
+def format_decimal_si(q: Decimal) -> str:
+    """Canonical DecimalSI form: the largest suffix with no fractional digits (``1500m``, ``1k``)."""
+    if q == 0:
+        return "0"
+    sign = "-" if q < 0 else ""
+    v = abs(q)
+    for exp, suffix in ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, ""),
+                        (-3, "m"), (-6, "u"), (-9, "n")):
+        scaled = v.scaleb(-exp, _CTX)
+        if is_whole(scaled):
+            return f"{sign}{int(scaled)}{suffix}"
+    return f"{sign}{int(v.scaleb(9, _CTX))}n"
+
+
+def clamp_int64(value: int) -> int:
+    return max(-_INT64_MAX - 1, min(_INT64_MAX, value))

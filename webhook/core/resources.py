@@ -1,0 +1,95 @@
+"""Pod resource arithmetic shared by the admission rules and the node agent."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+from webhook.core.quantity import QuantityError, parse_quantity
+
+CPU, MEMORY = "cpu", "memory"
+BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
+MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
+BATCH_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
+NATIVE_RESOURCES = (CPU, MEMORY)
+
+
+def iter_containers(spec: dict[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:
+    """(field, index, container) for init containers then containers, as the spec lists them."""
+    for field in ("initContainers", "containers"):
+        items = spec.get(field)
+        if isinstance(items, list):
+            for i, c in enumerate(items):
+                if isinstance(c, dict):
+                    yield field, i, c
+
+
+def container_requests(container: dict[str, Any]) -> dict[str, Decimal]:
+    """A container's requests, a limit standing in for a missing request (API defaulting).
+
+    Unparsable quantities are skipped here; the validating rules report them.
+    """
+    res = container.get("resources") or {}
+    out: dict[str, Decimal] = {}
+    for kind in ("limits", "requests"):  # requests last so they win over limits
+        values = res.get(kind)
+        if isinstance(values, dict):
+            for name, raw in values.items():
+                try:
+                    out[name] = parse_quantity(raw)
+                except QuantityError:
+                    continue
+    return out
+
+
+def _add(acc: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, Decimal]:
+    out = dict(acc)
+    for k, v in more.items():
+        out[k] = out.get(k, Decimal(0)) + v
+    return out
+
+
+def _max(acc: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, Decimal]:
+    out = dict(acc)
+    for k, v in more.items():
+        if v > out.get(k, Decimal(0)):
+            out[k] = v
+    return out
+
+
+def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
+    """Effective pod requests as the scheduler and quota count them (k8s ``PodRequests``).
+
+    Regular containers are summed; restartable (sidecar) init containers add to that sum and
+    to every later init container; the result is the max of both, plus ``spec.overhead``.
+    """
+    spec = pod.get("spec") or {}
+    total: dict[str, Decimal] = {}
+    for c in spec.get("containers") or []:
+        if isinstance(c, dict):
+            total = _add(total, container_requests(c))
+    sidecars: dict[str, Decimal] = {}
+    init_peak: dict[str, Decimal] = {}
+    for c in spec.get("initContainers") or []:
+        if not isinstance(c, dict):
+            continue
+        reqs = container_requests(c)
+        if c.get("restartPolicy") == "Always":
+            total = _add(total, reqs)
+            sidecars = _add(sidecars, reqs)
+            reqs = sidecars
+        else:
+            reqs = _add(reqs, sidecars)
+        init_peak = _max(init_peak, reqs)
+    total = _max(total, init_peak)
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict):
+        parsed = {}
+        for name, raw in overhead.items():
+            try:
+                parsed[name] = parse_quantity(raw)
+            except QuantityError:
+                continue
+        total = _add(total, parsed)
+    return total

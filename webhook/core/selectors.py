@@ -1,0 +1,80 @@
+"""Label selectors (metav1.LabelSelector) over plain label maps.
+
+Hand-written: no maintained PyPI package evaluates Kubernetes selectors. Pure and side-effect free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+class SelectorError(ValueError):
+    """A selector that cannot be evaluated; the message names the offending part."""
+
+
+def validate_selector(selector: Any, where: str = "selector") -> None:
+    """Raise SelectorError when ``selector`` is not a well-formed LabelSelector."""
+    if selector is None:
+        return
+    if not isinstance(selector, Mapping):
+        raise SelectorError(f"{where}: must be an object, got {type(selector).__name__}")
+    labels = selector.get("matchLabels") or {}
+    if not isinstance(labels, Mapping):
+        raise SelectorError(f"{where}.matchLabels: must be a map of strings")
+    for k, v in labels.items():
+        if not isinstance(v, str):
+            raise SelectorError(f"{where}.matchLabels[{k}]: value must be a string, got {v!r}")
+    exprs = selector.get("matchExpressions") or []
+    if not isinstance(exprs, list):
+        raise SelectorError(f"{where}.matchExpressions: must be a list")
+    for i, e in enumerate(exprs):
+        at = f"{where}.matchExpressions[{i}]"
+        if not isinstance(e, Mapping) or not isinstance(e.get("key"), str) or not e.get("key"):
+            raise SelectorError(f"{at}.key: Required value")
+        op = e.get("operator")
+        values = e.get("values") or []
+        if op not in OPERATORS:
+            raise SelectorError(f"{at}.operator: Unsupported value: {op!r}: supported values: "
+                                + ", ".join(f'"{o}"' for o in OPERATORS))
+        if not isinstance(values, list) or not all(isinstance(v, str) for v in values):
+            raise SelectorError(f"{at}.values: must be a list of strings")
+        if op in ("In", "NotIn") and not values:
+            raise SelectorError(f"{at}.values: Required value: must be specified when `operator` is 'In' or 'NotIn'")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise SelectorError(f"{at}.values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
+
+
+def selector_is_empty(selector: Any) -> bool:
+    return not selector or (not selector.get("matchLabels") and not selector.get("matchExpressions"))
+
+
+def matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """True when ``labels`` satisfy ``selector``; None or an empty selector selects everything.
+
+    Raises SelectorError for a malformed selector, so callers can fail closed with a reason.
+    """
+    if not selector:
+        return True
+    validate_selector(selector)
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions") or []:
+        if not expression_matches(e["operator"], e["key"], e.get("values") or [], labels):
+            return False
+    return True
+
+
+def expression_matches(op: str, key: str, values: list[str], labels: Mapping[str, str]) -> bool:
+    if op == "In":
+        return key in labels and labels[key] in values
+    if op == "NotIn":
+        return key not in labels or labels[key] not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    raise SelectorError(f"operator {op!r} is not supported")
