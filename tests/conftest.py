@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.serving import FIXTURES, Server, run_server
+from webhook.cluster.files import FilesSource
+from webhook.cluster.sources import example_folder
+from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+
+
+def load_fixture(rel: str) -> Any:
+    return json.loads((FIXTURES / rel).read_text())
+
+
+@pytest.fixture(scope="session")
+def cert_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("certs")
+
+
+@pytest.fixture()
+def example_state() -> ClusterState:
+    state = ClusterState(WEBHOOK_KINDS)
+    FilesSource(example_folder(), state).load()
+    return state
+
+
+@pytest.fixture()
+def server(example_state: ClusterState, cert_dir: Path) -> Iterator[Server]:
+    with run_server(example_state, cert_dir) as srv:
+        yield srv
