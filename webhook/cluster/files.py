@@ -30,6 +30,9 @@ def _yaml_error(path: Path, exc: yaml.YAMLError) -> StateFileError:
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     line = mark.line + 1 if mark is not None else 1
     problem = getattr(exc, "problem", None) or str(exc)
+    context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    if context and cmark is not None and cmark.line + 1 != line:
+        problem += f" ({context} at line {cmark.line + 1})"
     return StateFileError(f"{path}:{line}: invalid YAML: {problem}")
 
 
