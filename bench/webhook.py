@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Throughput and latency of /mutate and /validate against a bare FastAPI uid echo, in one run.
+
+Each server runs as one uvicorn worker pinned to CPU 0; wrk (Debian package `wrk`) runs pinned to CPU 1 over
+keep-alive TLS. Prints rps, p50 and p99 for both and their ratio (target: ratio >= 0.8).
+
+    python bench/webhook.py [--duration 10] [--connections 32] [--review FILE] [--cluster-state DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_REVIEW = ROOT.parent / "shared" / "fixtures" / "admission" / "v1-mutate-create-koord-batch-init-containers.json"
+LUA = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local f = io.open("{body}", "rb"); wrk.body = f:read("*a"); f:close()
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, ca: Path, timeout: float = 30) -> None:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url + "/healthz", context=ctx, timeout=1):
+                return
+        except OSError as exc:
+            last = exc
+            time.sleep(0.1)
+    raise SystemExit(f"server at {url} did not start: {last!r}")
+
+
+def pinned(cmd: list[str], cpu: str) -> list[str]:
+    return (["taskset", "-c", cpu] + cmd) if shutil.which("taskset") else cmd
+
+
+def to_ms(value: str) -> float:
+    m = re.match(r"([\d.]+)(us|ms|s)", value)
+    assert m, value
+    n = float(m.group(1))
+    return {"us": n / 1000, "ms": n, "s": n * 1000}[m.group(2)]
+
+
+def run_wrk(url: str, body: Path, duration: int, connections: int, workdir: Path) -> dict[str, float]:
+    script = workdir / "post.lua"
+    script.write_text(LUA.format(body=body))
+    cmd = pinned(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url], "1")
+    out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    p50 = to_ms(re.search(r"50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    p99 = to_ms(re.search(r"99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: (.*)", out)
+    return {"rps": rps, "p50": p50, "p99": p99, "non2xx": float(errors.group(1)) if errors else 0.0,
+            "socket_errors": socket_errors.group(1) if socket_errors else ""}  # type: ignore[dict-item]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--connections", type=int, default=32)
+    ap.add_argument("--review", type=Path, default=DEFAULT_REVIEW)
+    ap.add_argument("--cluster-state", type=Path)
+    ap.add_argument("--endpoints", default="/mutate,/validate")
+    args = ap.parse_args()
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is not installed: apt-get install wrk")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        sys.path.insert(0, str(ROOT))
+        from webhook.tls import ensure_localhost
+
+        certs, _ = ensure_localhost(work / "certs")
+        port_ours, port_echo = free_port(), free_port()
+        state = ["--cluster-state", str(args.cluster_state)] if args.cluster_state else []
+        ours = subprocess.Popen(pinned([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1",
+                                        "--port", str(port_ours), "--tls-cert-file", str(certs.cert),
+                                        "--tls-private-key-file", str(certs.key), *state], "0"),
+                                cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "serve.log", "w"))
+        echo = subprocess.Popen(pinned([sys.executable, "-m", "uvicorn", "bench.echo_app:app", "--host", "127.0.0.1",
+                                        "--port", str(port_echo), "--ssl-certfile", str(certs.cert),
+                                        "--ssl-keyfile", str(certs.key), "--no-access-log", "--log-level", "warning"],
+                                       "0"),
+                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            wait_ready(f"https://localhost:{port_ours}", certs.ca_cert)
+            wait_ready(f"https://localhost:{port_echo}", certs.ca_cert)
+            print(f"review: {args.review.name} ({args.review.stat().st_size} bytes); wrk -t1 -c{args.connections} "
+                  f"-d{args.duration}s over keep-alive TLS; servers pinned to CPU 0, wrk to CPU 1")
+            print(f"{'target':<22}{'rps':>10}{'p50 ms':>10}{'p99 ms':>10}{'non-2xx':>10}")
+            worst = None
+            for endpoint in args.endpoints.split(","):
+                base = run_wrk(f"https://127.0.0.1:{port_echo}{endpoint}", args.review, args.duration,
+                               args.connections, work)
+                mine = run_wrk(f"https://127.0.0.1:{port_ours}{endpoint}?timeout=10s", args.review, args.duration,
+                               args.connections, work)
+                for name, r in ((f"echo {endpoint}", base), (f"webhook {endpoint}", mine)):
+                    print(f"{name:<22}{r['rps']:>10.0f}{r['p50']:>10.2f}{r['p99']:>10.2f}{r['non2xx']:>10.0f}")
+                ratio = mine["rps"] / base["rps"]
+                worst = ratio if worst is None else min(worst, ratio)
+                print(f"{'ratio ' + endpoint:<22}{ratio:>10.2f}")
+            print(f"worst ratio: {worst:.2f} (target >= 0.80)")
+        finally:
+            for p in (ours, echo):
+                p.terminate()
+                try:
+                    p.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
