@@ -101,7 +101,10 @@ def _run(rules: tuple[Any, ...], method: str, request: AdmissionRequest, state: 
     if not isinstance(obj, dict):
         return errored(400, f"request.object must be a {request.kind.kind or 'Pod'} object for "
                             f"{request.operation}, got {type(obj).__name__}")
-    pod = _copy(obj) if mutate else obj
+    try:
+        pod = _copy(obj) if mutate else obj
+    except TypeError:  # orjson's 255-level recursion limit: no real pod nests that deep
+        return errored(400, "request.object is nested too deeply (more than 255 levels)")
     ctx = Context(request, state, settings, pod, request.oldObject, PatchBuilder(pod), decision, explain)
     for rule in active:
         try:
