@@ -59,14 +59,14 @@ class _StateCollector:
         yield objects
 
 
-def _error(status: int, message: str) -> Response:
-    return Response(orjson.dumps({"error": message, "code": status}), status_code=status, media_type=JSON)
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
+    return Response(orjson.dumps({"error": message, "code": status}), status_code=status, media_type=JSON,
+                    headers=headers)
 
 
-_REVIEW_BODY = {
-    "required": True,
-    "content": {JSON: {"schema": AdmissionReview.model_json_schema(ref_template="#/components/schemas/{model}")}},
-}
+_REVIEW_SCHEMA = AdmissionReview.model_json_schema(ref_template="#/components/schemas/{model}")
+_REVIEW_DEFS = _REVIEW_SCHEMA.pop("$defs", {})
+_REVIEW_BODY = {"required": True, "content": {JSON: {"schema": {"$ref": "#/components/schemas/AdmissionReview"}}}}
 _REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "AdmissionReview with the response", "content": {JSON: {}}},
     400: {"description": "The body is not a usable AdmissionReview", "content": {JSON: {}}},
@@ -143,13 +143,14 @@ def create_app(state: ClusterState, settings: chain.Settings | None = None) -> F
             return PlainTextResponse("ok")
         return PlainTextResponse(reason, status_code=503)
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=PlainTextResponse,
+             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}})
     async def metrics_endpoint() -> Response:
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
-        return _error(exc.status_code, str(exc.detail))
+        return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(_: Request, exc: RequestValidationError) -> Response:
@@ -160,5 +161,18 @@ def create_app(state: ClusterState, settings: chain.Settings | None = None) -> F
         log.error("unexpected error: %s", type(exc).__name__)
         return _error(500, "internal error; see the webhook's log")
 
+    def openapi() -> dict[str, Any]:
+        # The review routes read the raw body for speed, so their schema is registered by hand.
+        if app.openapi_schema is None:
+            from fastapi.openapi.utils import get_openapi
+
+            schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schemas = schema.setdefault("components", {}).setdefault("schemas", {})
+            schemas.update(_REVIEW_DEFS)
+            schemas["AdmissionReview"] = _REVIEW_SCHEMA
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 

@@ -28,21 +28,21 @@ class ReviewError(Exception):
 
 
 class GroupVersionKind(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     group: str = ""
     version: str = ""
     kind: str = ""
 
 
 class GroupVersionResource(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     group: str = ""
     version: str = ""
     resource: str = ""
 
 
 class AdmissionRequest(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="allow", strict=True)
     uid: str = Field(min_length=1)
     kind: GroupVersionKind = GroupVersionKind()
     resource: GroupVersionResource = GroupVersionResource()
@@ -64,7 +64,7 @@ class AdmissionRequest(BaseModel):
 class AdmissionReview(BaseModel):
     """The request envelope the apiserver POSTs."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", strict=True)
     apiVersion: Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
     kind: Literal["AdmissionReview"]
     request: AdmissionRequest
