@@ -27,17 +27,16 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from webhook.cluster.sources import LiveSourceError
 from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Kind
+
+__all__ = ["KindStatus", "LiveSource", "LiveSourceError"]
 
 log = logging.getLogger(__name__)
 
 _CONNECT_TIMEOUT = 5.0
 _LIST_READ_TIMEOUT = 60.0
 _WATCH_READ_MARGIN = 30.0  # a watch socket silent this long past timeoutSeconds is dead
-
-
-class LiveSourceError(ValueError):
-    """The live source cannot be set up (bad kubeconfig, no in-cluster config, bad options)."""
 
 
 class _Expired(Exception):
