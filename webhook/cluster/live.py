@@ -125,7 +125,12 @@ def _describe(exc: BaseException, host: str) -> str:
 
 
 def _lines(resp: urllib3.HTTPResponse) -> Iterator[bytes]:
-    """NDJSON lines of a watch stream as they arrive (an event may span chunks)."""
+    """NDJSON lines of a watch stream as they arrive (an event may span chunks).
+
+    Written by hand because ``kubernetes.watch.Watch().stream(..., deserialize=False)`` (37.0.2) raises
+    KeyError('raw_object') on an ERROR event (the 410 we must relist on) and does not track the
+    resourceVersion without deserializing into models, which is the cost we avoid.
+    """
     buf = b""
     for chunk in resp.stream(65536, decode_content=True):
         buf += chunk
@@ -367,6 +372,9 @@ class LiveSource:
         if api_client is None:
             cfg = _client_configuration(kubeconfig)
             cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, len(self.kinds) + 2)
+            # the reflectors retry with backoff; urllib3 only retries a dropped pooled connection once,
+            # not a refused connect (its default 3 quick retries would each log a warning)
+            cfg.retries = urllib3.Retry(total=1, connect=0)
             api_client = k8s.ApiClient(cfg)
             api_client.user_agent = "colocation-webhook/live-source"
         self.api_client = api_client
