@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -339,9 +340,14 @@ class _Reflector:
             if resp is None:
                 return
             try:
-                resp.shutdown()
-            except (ValueError, RuntimeError, OSError):
-                pass
+                resp.shutdown()  # urllib3 >= 2.3
+            except (AttributeError, ValueError, RuntimeError, OSError):
+                sock = getattr(getattr(resp, "connection", None), "sock", None)
+                if sock is not None:
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
 
 
 class LiveSource:
