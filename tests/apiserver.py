@@ -39,6 +39,7 @@ class Route:
     query: dict[str, str] | None = None   # subset that must match; None = any
     times: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    watch: bool | None = None             # answer watch requests (True) or not; None = watch iff body_lines
 
     def matches(self, method: str, path: str, query: dict[str, str]) -> bool:
         if method != self.method or path != self.path:
@@ -46,7 +47,7 @@ class Route:
         if self.times is not None and self.times <= 0:
             return False
         is_watch = query.get("watch", "").lower() in ("true", "1")
-        if is_watch != (self.body_lines is not None):
+        if is_watch != (self.body_lines is not None if self.watch is None else self.watch):
             return False
         if self.query:
             return all(query.get(k) == v for k, v in self.query.items())
@@ -63,7 +64,8 @@ class Received:
 
 
 class ReplayAPIServer:
-    def __init__(self, speed: float = 1.0) -> None:
+    def __init__(self, speed: float = 1.0, port: int = 0) -> None:
+        self.port = port  # 0 = any free port; a fixed one lets a test start the API after its client
         self.routes: list[Route] = []
         self.received: list[Received] = []
         self.speed = speed  # >1 replays recorded delays faster
@@ -181,9 +183,9 @@ class ReplayAPIServer:
                     pass
                 self.close_connection = True
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 
     def stop(self) -> None:

@@ -20,7 +20,7 @@ from webhook.admission.response import Decision
 from webhook.admission.review import AdmissionRequest, ReviewError, encode_response, review_from_dict
 from webhook.cli.logs import setup_logging
 from webhook.cluster.files import StateFileError
-from webhook.cluster.sources import build_source, describe
+from webhook.cluster.sources import LiveSourceError, build_source, describe
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 log = logging.getLogger("colocation-webhook")
@@ -46,6 +46,8 @@ def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: boo
         source = build_source(state, cluster_state, kubeconfig, watch_files=watch)
     except StateFileError as exc:
         raise UsageError(f"--cluster-state: {exc}") from None
+    except LiveSourceError as exc:
+        raise UsageError(str(exc)) from None
     return state, source
 
 

@@ -11,6 +11,13 @@ from webhook.cluster.files import FilesSource
 from webhook.cluster.state import ClusterState
 
 
+class LiveSourceError(ValueError):
+    """The live source cannot be set up (bad kubeconfig, no in-cluster config, bad options).
+
+    Defined here, not in ``live``, so callers can catch it without importing the kubernetes client.
+    """
+
+
 class Source(Protocol):
     def start(self) -> None: ...
     def stop(self) -> None: ...
