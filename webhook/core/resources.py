@@ -93,3 +93,23 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
                 continue
         total = _add(total, parsed)
     return total
+
+
+def iter_resource_lists(spec: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """(owner, path, kind, resource map) for every requests/limits map, then ``spec.overhead``.
+
+    owner reads like ``container "app"``, ``init container "setup"`` or ``pod overhead``; path is
+    the field path (``spec.containers[0].resources.requests``); kind is requests, limits or overhead.
+    """
+    for field, i, c in iter_containers(spec):
+        owner = f'{"init container" if field == "initContainers" else "container"} "{c.get("name", "")}"'
+        res = c.get("resources")
+        if not isinstance(res, dict):
+            continue
+        for kind in ("requests", "limits"):
+            values = res.get(kind)
+            if isinstance(values, dict) and values:
+                yield owner, f"spec.{field}[{i}].resources.{kind}", kind, values
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict) and overhead:
+        yield "pod overhead", "spec.overhead", "overhead", overhead
