@@ -82,8 +82,10 @@ def unit_problems(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
                 errors.append(invalid(where, _shown(raw), BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE))
                 continue
             if name == BATCH_CPU and 0 < q < SMALL_BATCH_CPU:
-                warnings.append(f'{owner}: batch-cpu "{_shown(raw)}" is {int(q)} milli-cores, under a tenth '
-                                f"of a core; did you mean {int(q)}k?")
+                text = (f'{owner}: batch-cpu "{_shown(raw)}" is {int(q)} milli-cores, under a tenth '
+                        f"of a core; did you mean {int(q)}k?")
+                if text not in warnings:  # requests and limits usually say the same
+                    warnings.append(text)
             given.setdefault((path.rpartition(".")[0], name), {})[kind] = (raw, q)
     # Batch resources cannot be overcommitted: a given request must equal the given limit
     # (upstream's text for non-overcommitable resources, kubernetes.md §5.3).
