@@ -8,6 +8,7 @@ quota (``matchContains``), and upstream's error texts with Go ``%v`` formatting.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -257,6 +258,10 @@ def check_presence(pod: dict[str, Any], limited_resources: list[dict[str, Any]],
     return out
 
 
+def _q(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
 def scope_requirement_error(req: Any, where: str) -> str | None:
     """Why ``req`` is not a usable ScopedResourceSelectorRequirement (texts from core validation), or None."""
     if not isinstance(req, dict):
@@ -265,18 +270,18 @@ def scope_requirement_error(req: Any, where: str) -> str | None:
     if not scope:
         return f"{where}.scopeName: Required value"
     if scope not in KNOWN_SCOPES:
-        return (f"{where}.scopeName: Unsupported value: {scope!r}: supported values: "
+        return (f"{where}.scopeName: Unsupported value: {_q(scope)}: supported values: "
                 + ", ".join(f'"{s}"' for s in KNOWN_SCOPES))
     if op not in SCOPE_OPERATORS:
-        return f"{where}.operator: Invalid value: {op!r}: not a valid selector operator"
+        return f"{where}.operator: Invalid value: {_q(op)}: not a valid selector operator"
     if values is not None and (not isinstance(values, list) or not all(isinstance(v, str) for v in values)):
         return f"{where}.values: must be a list of strings"
     if op in ("In", "NotIn") and not values:
-        return (f"{where}.values: Invalid value: {values or []!r}: must be at least one value when `operator` "
+        return (f"{where}.values: Invalid value: {_q(values or [])}: must be at least one value when `operator` "
                 "is 'In' or 'NotIn' for scope selector")
     if op in ("Exists", "DoesNotExist") and values:
-        return (f"{where}.values: Invalid value: {values!r}: must be no value when `operator` is 'Exist' or "
+        return (f"{where}.values: Invalid value: {_q(values)}: must be no value when `operator` is 'Exist' or "
                 "'DoesNotExist' for scope selector")
     if scope in EXISTS_ONLY_SCOPES and op != "Exists":
-        return f"{where}.operator: Invalid value: {op!r}: must be 'Exists' when scope is {scope}"
+        return f"{where}.operator: Invalid value: {_q(op)}: must be 'Exists' when scope is {scope}"
     return None
