@@ -147,3 +147,26 @@ def test_subresource_and_delete_skipped() -> None:
     bad = one("0.5")
     assert chain.validate(request(bad, "UPDATE", bad, sub="status"), state(), chain.Settings()).allowed
     assert chain.validate(request(bad, "DELETE", bad), state(), chain.Settings()).allowed
+
+
+SHAPES = [
+    ("spec missing", {"metadata": {"name": "p", "namespace": "n"}}, "spec: Required value: a pod needs a spec"),
+    ("labels not a map", {"metadata": {"labels": ["a"]}, "spec": {}}, "metadata.labels: Invalid value: must be a map of strings"),
+    ("containers not a list", {"metadata": {}, "spec": {"containers": {}}}, "spec.containers: Invalid value: must be a list"),
+    ("resources not an object", {"metadata": {}, "spec": {"containers": [{"name": "a", "resources": 1}]}},
+     "spec.containers[0].resources: Invalid value: must be an object"),
+    ("limits not a map", {"metadata": {}, "spec": {"initContainers": [{"name": "a", "resources": {"limits": "1"}}]}},
+     "spec.initContainers[0].resources.limits: Invalid value: must be a map of quantities"),
+    ("overhead not a map", {"metadata": {}, "spec": {"overhead": "1"}}, "spec.overhead: Invalid value: must be a map of quantities"),
+]
+
+
+@pytest.mark.parametrize(("name", "obj", "message"), SHAPES, ids=[c[0] for c in SHAPES])
+def test_malformed_pod_is_a_bad_request(name: str, obj: dict, message: str) -> None:
+    d = validate(obj)
+    assert (d.allowed, d.code, d.reason, d.rule, d.message) == (False, 400, "BadRequest", "batch-mixing", message)
+
+
+def test_malformed_old_object_on_update() -> None:
+    d = validate(batch(), "UPDATE", old={"metadata": {}, "spec": None})
+    assert (d.code, d.message) == (400, "oldObject.spec: Required value: a pod needs a spec")

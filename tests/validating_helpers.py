@@ -52,7 +52,7 @@ def batch(cpu: Any = "500", memory: Any = "1Gi") -> dict[str, Any]:
 
 def request(obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None,
             sub: str = "") -> AdmissionRequest:
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     return AdmissionRequest.model_validate({
         "uid": "0000-test", "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": sub,
