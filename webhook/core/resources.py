@@ -126,7 +126,9 @@ def pod_shape_error(pod: dict[str, Any]) -> str | None:
     if not isinstance(spec, dict):
         return "spec: Required value: a pod needs a spec"
     for key in ("containers", "initContainers"):
-        items = spec.get(key) or []
+        items = spec.get(key)
+        if items is None:
+            continue
         if not isinstance(items, list):
             return f"spec.{key}: Invalid value: must be a list"
         for i, c in enumerate(items):
