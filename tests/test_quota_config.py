@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -21,22 +22,9 @@ limitedResources:
     values: ["high"]
 """
 
-# Seed 004's file, word for word in structure (apiserver.k8s.io/v1alpha1, inline configuration).
-INLINE = """\
-apiVersion: apiserver.k8s.io/v1alpha1
-kind: AdmissionConfiguration
-plugins:
-- name: "ResourceQuota"
-  configuration:
-    apiVersion: resourcequota.admission.k8s.io/v1beta1
-    kind: Configuration
-    limitedResources:
-    - resource: pods
-      matchScopes:
-      - scopeName: PriorityClass
-        operator: In
-        values: ["high"]
-"""
+# Seed 004's layout: apiserver.k8s.io/v1alpha1 with the Configuration inline.
+INLINE = ("apiVersion: apiserver.k8s.io/v1alpha1\nkind: AdmissionConfiguration\nplugins:\n"
+          '- name: "ResourceQuota"\n  configuration:\n' + textwrap.indent(BARE, "    "))
 
 BY_PATH = """\
 apiVersion: apiserver.config.k8s.io/v1

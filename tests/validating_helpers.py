@@ -81,3 +81,12 @@ def with_labels(obj: dict[str, Any], **labels: str) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     out["metadata"].setdefault("labels", {}).update(labels)
     return out
+
+
+def expect(decision: Any, rule: str, message: str | None) -> None:
+    """None: allowed; else a 403 Forbidden denial by ``rule`` with exactly ``message``."""
+    if message is None:
+        assert decision.allowed, decision.message
+    else:
+        got = (decision.allowed, decision.code, decision.reason, decision.rule, decision.message)
+        assert got == (False, 403, "Forbidden", rule, message)
