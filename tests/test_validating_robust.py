@@ -43,10 +43,18 @@ QUOTA = {"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": "ns"},
              {"scopeName": "PriorityClass", "operator": "Exists"}]}}}
 
 
+JUNK_QUOTAS = [
+    {"kind": "ResourceQuota", "metadata": {"name": "j1", "namespace": "ns"}, "spec": "x", "status": []},
+    {"kind": "ResourceQuota", "metadata": {"name": "j2", "namespace": "ns"},
+     "spec": {"hard": ["cpu"], "scopes": "BestEffort", "scopeSelector": {"matchExpressions": [
+         {"scopeName": "PriorityClass", "operator": "Equals", "values": "x"}, "junk"]}}},
+]
+
+
 @settings(max_examples=300, deadline=None)
 @given(POD, POD, st.sampled_from(["CREATE", "UPDATE"]))
 def test_validate_never_errors(pod: dict[str, Any], old: dict[str, Any], op: str) -> None:
-    d = chain.validate(request(pod, op, old if op == "UPDATE" else None), state(QUOTA),
+    d = chain.validate(request(pod, op, old if op == "UPDATE" else None), state(QUOTA, *JUNK_QUOTAS),
                        chain.Settings(limited_resources=LIMITED))
     assert d.code != 500, d.message
     assert d.allowed or d.message

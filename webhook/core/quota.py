@@ -99,10 +99,18 @@ def matching_scopes(pod: dict[str, Any], requirements: Iterable[dict[str, Any]])
 
 def quota_scope_selectors(quota: dict[str, Any]) -> list[dict[str, Any]]:
     """``spec.scopes`` (each as Exists) then ``spec.scopeSelector.matchExpressions``."""
-    spec = quota.get("spec") or {}
-    out = [{"scopeName": s, "operator": "Exists"} for s in spec.get("scopes") or [] if isinstance(s, str)]
-    out += [e for e in (spec.get("scopeSelector") or {}).get("matchExpressions") or [] if isinstance(e, dict)]
+    spec = _obj(quota.get("spec"))
+    scopes = spec.get("scopes")
+    out = [{"scopeName": s, "operator": "Exists"} for s in (scopes if isinstance(scopes, list) else [])
+           if isinstance(s, str)]
+    exprs = _obj(spec.get("scopeSelector")).get("matchExpressions")
+    out += [e for e in (exprs if isinstance(exprs, list) else []) if isinstance(e, dict)]
     return out
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    """A hand-written quota may hold anything; a non-object reads as empty."""
+    return value if isinstance(value, dict) else {}
 
 
 def uncovered_scopes(limited: list[dict[str, Any]], covered: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -198,10 +206,10 @@ def quota_tracked_resources(quota: dict[str, Any]) -> set[str]:
     no status yet falls back to ``spec.hard``: we only ever allow more, and the apiserver's own
     plugin still runs after us.
     """
-    status_hard = (quota.get("status") or {}).get("hard")
-    hard = status_hard if isinstance(status_hard, dict) else (quota.get("spec") or {}).get("hard") or {}
-    return {n for n in hard if n in POD_QUOTA_RESOURCES or n.startswith(POD_QUOTA_PREFIXES)
-            or (not _is_native(n) and n.startswith(REQUESTS_PREFIX))}
+    status_hard = _obj(quota.get("status")).get("hard")
+    hard = status_hard if isinstance(status_hard, dict) else _obj(_obj(quota.get("spec")).get("hard"))
+    return {n for n in hard if isinstance(n, str) and (
+        n in POD_QUOTA_RESOURCES or n.startswith(POD_QUOTA_PREFIXES) or (not _is_native(n) and n.startswith(REQUESTS_PREFIX)))}
 
 
 def quota_matches_pod(quota: dict[str, Any], pod: dict[str, Any]) -> bool:
