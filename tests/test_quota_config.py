@@ -7,20 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.validating_helpers import KOORD_PROD_CONFIG
 from webhook.admission.quota_config import QuotaConfigError, load_quota_config
 
-LIMITED = [{"resource": "pods", "matchScopes": [{"scopeName": "PriorityClass", "operator": "In", "values": ["high"]}]}]
+LIMITED = [{"resource": "pods", "matchScopes": [{"scopeName": "PriorityClass", "operator": "In", "values": ["koord-prod"]}]}]
 
-BARE = """\
-apiVersion: resourcequota.admission.k8s.io/v1beta1
-kind: Configuration
-limitedResources:
-- resource: pods
-  matchScopes:
-  - scopeName: PriorityClass
-    operator: In
-    values: ["high"]
-"""
+BARE = KOORD_PROD_CONFIG
 
 # Seed 004's layout: apiserver.k8s.io/v1alpha1 with the Configuration inline.
 INLINE = ("apiVersion: apiserver.k8s.io/v1alpha1\nkind: AdmissionConfiguration\nplugins:\n"
@@ -101,11 +93,11 @@ BAD = [
      "nope.yaml: cannot read"),
     ("resource missing", BARE.replace("- resource: pods\n", "- apiGroup: ''\n"),
      "limitedResources[0].resource: Required value"),
-    ("In without values", BARE.replace('    values: ["high"]\n', ""),
+    ("In without values", BARE.replace(", values: [koord-prod]", ""),
      "limitedResources[0].matchScopes[0].values: Invalid value: []: must be at least one value when `operator` is "
      "'In' or 'NotIn' for scope selector"),
     ("Exists with values", BARE.replace("operator: In", "operator: Exists"),
-     "limitedResources[0].matchScopes[0].values: Invalid value: [\"high\"]: must be no value when `operator` is "
+     "limitedResources[0].matchScopes[0].values: Invalid value: [\"koord-prod\"]: must be no value when `operator` is "
      "'Exist' or 'DoesNotExist' for scope selector"),
     ("bad operator", BARE.replace("operator: In", "operator: Equals"),
      "limitedResources[0].matchScopes[0].operator: Invalid value: \"Equals\": not a valid selector operator"),

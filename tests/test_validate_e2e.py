@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import pytest
 
 from tests.conftest import load_fixture
 from tests.serving import Server, run_server
-from tests.validating_helpers import BATCH_CPU, BATCH_MEMORY, container, pod
+from tests.validating_helpers import BATCH_CPU, BATCH_MEMORY, KOORD_PROD_CONFIG, container, pod
 from webhook.admission import chain
 from webhook.admission.quota_config import load_quota_config
 from webhook.cluster.files import FilesSource
@@ -47,19 +48,9 @@ spec:
     - {scopeName: PriorityClass, operator: In, values: [koord-prod]}
 """
 
-QUOTA_CONFIG = """\
-apiVersion: apiserver.config.k8s.io/v1
-kind: AdmissionConfiguration
-plugins:
-- name: ResourceQuota
-  configuration:
-    apiVersion: resourcequota.admission.k8s.io/v1beta1
-    kind: Configuration
-    limitedResources:
-    - resource: pods
-      matchScopes:
-      - {scopeName: PriorityClass, operator: In, values: [koord-prod]}
-"""
+# The apiserver's AdmissionConfiguration form, with the Configuration inline.
+QUOTA_CONFIG = ("apiVersion: apiserver.config.k8s.io/v1\nkind: AdmissionConfiguration\nplugins:\n"
+                "- name: ResourceQuota\n  configuration:\n" + textwrap.indent(KOORD_PROD_CONFIG, "    "))
 
 
 @pytest.fixture(scope="module")

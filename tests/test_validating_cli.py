@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.validating_helpers import KOORD_PROD_CONFIG
 from webhook.cli.webhook import main
 
 POD = """\
@@ -17,14 +18,7 @@ spec:
   containers:
   - {name: web, image: nginx, resources: {requests: {cpu: "1"}}}
 """
-CONFIG = """\
-apiVersion: resourcequota.admission.k8s.io/v1beta1
-kind: Configuration
-limitedResources:
-- resource: pods
-  matchScopes:
-  - {scopeName: PriorityClass, operator: In, values: [koord-prod]}
-"""
+CONFIG = KOORD_PROD_CONFIG
 
 
 def test_review_denies_uncovered_class_and_explains(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

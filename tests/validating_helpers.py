@@ -11,6 +11,16 @@ from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 
+# A bare ResourceQuota Configuration limiting koord-prod pods to namespaces with a covering quota.
+KOORD_PROD_CONFIG = """\
+apiVersion: resourcequota.admission.k8s.io/v1beta1
+kind: Configuration
+limitedResources:
+- resource: pods
+  matchScopes:
+  - {scopeName: PriorityClass, operator: In, values: [koord-prod]}
+"""
+
 
 def pod(name: str = "p", ns: str = "colo-demo", labels: dict[str, str] | None = None,
         annotations: dict[str, str] | None = None, containers: list[dict[str, Any]] | None = None,
