@@ -1,16 +1,33 @@
-"""Placeholder: filled in by the admission rules issue."""
+"""No mixing: a pod asks either for batch resources or for native cpu/memory, never both.
+
+Containers, init containers and ``spec.overhead`` all count (``core.batch.mixing_error``). As the
+first validating rule it also answers 400 for a pod whose outline is malformed, so the rules after
+it can trust the shape.
+"""
 
 from __future__ import annotations
 
-from webhook.admission.response import Decision
+from webhook.admission.response import Decision, denied
 from webhook.admission.review import AdmissionRequest
+from webhook.core.batch import mixing_error
+from webhook.core.resources import pod_shape_error
 
-NAME = "batch_mixing".replace("_", "-")
+NAME = "batch-mixing"
 
 
 def handles(request: AdmissionRequest) -> bool:
-    return False
+    return request.is_pod and request.operation in ("CREATE", "UPDATE")
 
 
 def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
+    shape = pod_shape_error(ctx.pod)
+    if shape is None and ctx.request.operation == "UPDATE" and ctx.old_pod is not None:
+        old = pod_shape_error(ctx.old_pod)
+        shape = None if old is None else f"oldObject.{old}"
+    if shape is not None:
+        return denied(shape, rule=NAME, code=400, reason="BadRequest")
+    message = mixing_error(ctx.pod["spec"])
+    if message is not None:
+        return denied(message, rule=NAME)
+    ctx.note(NAME, "containers, init containers and overhead: batch and native cpu/memory not mixed")
     return None

@@ -1,16 +1,30 @@
-"""Placeholder: filled in by the admission rules issue."""
+"""batch-cpu in whole milli-cores, batch-memory in whole bytes, request equal to limit.
+
+A batch-cpu below 100 (a tenth of a core) is allowed with a warning: it is usually meant as cores.
+"""
 
 from __future__ import annotations
 
-from webhook.admission.response import Decision
+from webhook.admission.response import Decision, denied
 from webhook.admission.review import AdmissionRequest
+from webhook.core.batch import unit_problems
+from webhook.core.fielderrors import aggregate
 
-NAME = "batch_units".replace("_", "-")
+NAME = "batch-units"
 
 
 def handles(request: AdmissionRequest) -> bool:
-    return False
+    return request.is_pod and request.operation in ("CREATE", "UPDATE")
 
 
 def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
+    errors, warnings = unit_problems(ctx.pod.get("spec") or {})
+    for text in warnings:
+        ctx.decision.warn(text)
+        ctx.note(NAME, f"warning: {text}")
+    if errors:
+        return denied(aggregate(errors), rule=NAME)
+    if warnings:
+        ctx.decision.audit_annotations[NAME] = "; ".join(warnings)
+    ctx.note(NAME, "batch-cpu/batch-memory: whole milli-cores and bytes, requests equal limits (where given)")
     return None

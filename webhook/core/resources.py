@@ -93,3 +93,53 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
                 continue
         total = _add(total, parsed)
     return total
+
+
+def iter_resource_lists(spec: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """(owner, path, kind, resource map) for every requests/limits map, then ``spec.overhead``.
+
+    owner reads like ``container "app"``, ``init container "setup"`` or ``pod overhead``; path is
+    the field path (``spec.containers[0].resources.requests``); kind is requests, limits or overhead.
+    """
+    for field, i, c in iter_containers(spec):
+        owner = f'{"init container" if field == "initContainers" else "container"} "{c.get("name", "")}"'
+        res = c.get("resources")
+        if not isinstance(res, dict):
+            continue
+        for kind in ("requests", "limits"):
+            values = res.get(kind)
+            if isinstance(values, dict) and values:
+                yield owner, f"spec.{field}[{i}].resources.{kind}", kind, values
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict) and overhead:
+        yield "pod overhead", "spec.overhead", "overhead", overhead
+
+
+def pod_shape_error(pod: dict[str, Any]) -> str | None:
+    """Why the pod's outline (metadata, spec, containers, resources) is not what the API defines, or None."""
+    meta, spec = pod.get("metadata", {}), pod.get("spec")
+    if not isinstance(meta, dict):
+        return "metadata: Invalid value: must be an object"
+    for key in ("labels", "annotations"):
+        if not isinstance(meta.get(key) or {}, dict):
+            return f"metadata.{key}: Invalid value: must be a map of strings"
+    if not isinstance(spec, dict):
+        return "spec: Required value: a pod needs a spec"
+    for key in ("containers", "initContainers"):
+        items = spec.get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            return f"spec.{key}: Invalid value: must be a list"
+        for i, c in enumerate(items):
+            if not isinstance(c, dict):
+                return f"spec.{key}[{i}]: Invalid value: must be an object"
+            res = c.get("resources") or {}
+            if not isinstance(res, dict):
+                return f"spec.{key}[{i}].resources: Invalid value: must be an object"
+            for kind in ("requests", "limits"):
+                if not isinstance(res.get(kind) or {}, dict):
+                    return f"spec.{key}[{i}].resources.{kind}: Invalid value: must be a map of quantities"
+    if not isinstance(spec.get("overhead") or {}, dict):
+        return "spec.overhead: Invalid value: must be a map of quantities"
+    return None

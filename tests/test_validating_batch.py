@@ -1,0 +1,162 @@
+"""Table tests: batch-mixing and batch-units (validating rules 1 and 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.validating_helpers import expect, BATCH_CPU, BATCH_MEMORY, batch, container, pod, validate
+from webhook.core.quantity import ERR_FORMAT
+
+BE = {"koordinator.sh/qosClass": "BE"}
+ADVICE = ("a pod uses either batch resources (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) "
+          "or native cpu and memory, not both")
+WHOLE_CPU = ("kubernetes.io/batch-cpu counts milli-cores and must be a whole number: "
+             "write 500 for half a core, 1k or 1000 for one core")
+WHOLE_MEM = ("kubernetes.io/batch-memory counts bytes and must be a whole number: "
+             "write 512Mi or 536870912 for half a gibibyte")
+REQ = "spec.containers[0].resources.requests"
+LIM = "spec.containers[0].resources.limits"
+
+
+def be(containers=None, init=None, overhead=None):  # type: ignore[no-untyped-def]
+    return pod(labels=BE, priority=5000, priority_class="koord-batch", containers=containers, init=init,
+               overhead=overhead)
+
+
+MIXING = [
+    ("batch only", be([container("app", {BATCH_CPU: "500", BATCH_MEMORY: "1Gi"})]), None),
+    ("native only", pod(containers=[container("app", {"cpu": "1", "memory": "1Gi"})]), None),
+    ("neither", pod(containers=[container("app")]), None),
+    ("batch-cpu and cpu in one container",
+     be([container("app", {BATCH_CPU: "500", "cpu": "1"})]),
+     f'container "app" asks for both {BATCH_CPU} and cpu: {ADVICE}'),
+    ("batch in requests, memory in limits",
+     be([container("app", {BATCH_MEMORY: "1Gi"}, {"memory": "1Gi"})]),
+     f'container "app" asks for both {BATCH_MEMORY} and memory: {ADVICE}'),
+    ("across containers",
+     be([container("a", {BATCH_CPU: "500"}), container("b", {"memory": "64Mi"})]),
+     f'container "a" asks for {BATCH_CPU} and container "b" asks for memory: {ADVICE}'),
+    ("init container native",
+     be([container("a", {BATCH_CPU: "500"})], init=[container("setup", {"cpu": "100m"})]),
+     f'container "a" asks for {BATCH_CPU} and init container "setup" asks for cpu: {ADVICE}'),
+    ("overhead native",
+     be([container("a", {BATCH_CPU: "500"})], overhead={"cpu": "250m"}),
+     f'container "a" asks for {BATCH_CPU} and pod overhead asks for cpu: {ADVICE}'),
+    ("overhead batch, container native",
+     pod(containers=[container("a", {"cpu": "1"})], overhead={BATCH_MEMORY: "1Mi"}),
+     f'pod overhead asks for {BATCH_MEMORY} and container "a" asks for cpu: {ADVICE}'),
+    ("zero native cpu asks for nothing", be([container("a", {BATCH_CPU: "500", "cpu": "0"})]), None),
+    ("mid resources are not batch", pod(containers=[container("a", {"kubernetes.io/mid-cpu": "500", "cpu": "1"})]),
+     None),
+]
+
+
+@pytest.mark.parametrize(("name", "obj", "message"), MIXING, ids=[c[0] for c in MIXING])
+def test_batch_mixing(name: str, obj: dict, message: str | None) -> None:
+    expect(validate(obj), "batch-mixing", message)
+
+
+def one(cpu=None, mem=None, lcpu=None, lmem=None):  # type: ignore[no-untyped-def]
+    req = {k: v for k, v in ((BATCH_CPU, cpu), (BATCH_MEMORY, mem)) if v is not None}
+    lim = {k: v for k, v in ((BATCH_CPU, lcpu), (BATCH_MEMORY, lmem)) if v is not None}
+    return be([container("app", req or None, lim or None)])
+
+
+UNITS = [
+    ("500", one("500", "1Gi", "500", "1Gi"), None),
+    ("1000", one("1000", lcpu="1000"), None),
+    ("1k", one("1k", lcpu="1k"), None),
+    ("2k", one("2k", lcpu="2k"), None),
+    ("JSON integer", one(1000, lcpu=1000), None),
+    ("limit only", one(lcpu="1k", lmem="1Gi"), None),
+    ("request only", one("1k", "1Gi"), None),
+    ("0.5", one("0.5"), f'{REQ}[{BATCH_CPU}]: Invalid value: "0.5": {WHOLE_CPU}'),
+    ("500m", one("500m"), f'{REQ}[{BATCH_CPU}]: Invalid value: "500m": {WHOLE_CPU}'),
+    ("1.5 in limits", one(lcpu="1.5"), f'{LIM}[{BATCH_CPU}]: Invalid value: "1.5": {WHOLE_CPU}'),
+    ("memory 1500m", one(mem="1500m"), f'{REQ}[{BATCH_MEMORY}]: Invalid value: "1500m": {WHOLE_MEM}'),
+    ("memory 0.5Gi is whole bytes", one(mem="0.5Gi", lmem="512Mi"), None),
+    ("negative", one("-1"), f'{REQ}[{BATCH_CPU}]: Invalid value: "-1": must be greater than or equal to 0'),
+    ("unparsable", one("1 core"), f'{REQ}[{BATCH_CPU}]: Invalid value: "1 core": {ERR_FORMAT}'),
+    ("bad suffix", one(mem="1ki"), f'{REQ}[{BATCH_MEMORY}]: Invalid value: "1ki": unable to parse quantity\'s suffix'),
+    ("request differs from limit", one("500", lcpu="1k"),
+     f'{REQ}: Invalid value: "500": must be equal to {BATCH_CPU} limit of 1k'),
+    ("equal in other spelling", one("1000", lcpu="1k"), None),
+    ("several errors aggregate", one("0.5", "1.5"),
+     f'[{REQ}[{BATCH_CPU}]: Invalid value: "0.5": {WHOLE_CPU}, {REQ}[{BATCH_MEMORY}]: Invalid value: "1.5": {WHOLE_MEM}]'),
+    ("init container", be([container("app", {BATCH_CPU: "1k"})], init=[container("i", {BATCH_CPU: "0.1"})]),
+     f'spec.initContainers[0].resources.requests[{BATCH_CPU}]: Invalid value: "0.1": {WHOLE_CPU}'),
+    ("overhead", be([container("app", {BATCH_CPU: "1k"})], overhead={BATCH_CPU: "250m"}),
+     f'spec.overhead[{BATCH_CPU}]: Invalid value: "250m": {WHOLE_CPU}'),
+]
+
+
+@pytest.mark.parametrize(("name", "obj", "message"), UNITS, ids=[c[0] for c in UNITS])
+def test_batch_units(name: str, obj: dict, message: str | None) -> None:
+    expect(validate(obj), "batch-units", message)
+
+
+@pytest.mark.parametrize(("value", "warning"), [
+    ("2", 'container "app": batch-cpu "2" is 2 milli-cores, under a tenth of a core; did you mean 2k?'),
+    ("99", 'container "app": batch-cpu "99" is 99 milli-cores, under a tenth of a core; did you mean 99k?'),
+    ("100", None),
+    ("0", None),
+])
+def test_small_batch_cpu_warns(value: str, warning: str | None) -> None:
+    d = validate(batch(cpu=value))
+    assert d.allowed
+    if warning is None:
+        assert d.warnings == []
+    else:
+        assert d.warnings == [warning]  # once, though requests and limits both say it
+        assert len(warning) < 120
+        assert d.audit_annotations["batch-units"] == warning
+
+
+def test_warning_kept_on_denial() -> None:
+    obj = one("2", lcpu="3")
+    d = validate(obj)
+    assert not d.allowed and len(d.warnings) == 2
+
+
+def test_long_container_name_warning_is_truncated() -> None:
+    obj = be([container("x" * 63, {BATCH_CPU: "5"})])
+    d = validate(obj)
+    assert d.allowed and len(d.warnings[0]) < 120
+
+
+def test_update_checked_too() -> None:
+    bad = one("0.5")
+    d = validate(bad, "UPDATE", old=bad)
+    assert not d.allowed and d.rule == "batch-units"
+
+
+def test_subresource_and_delete_skipped() -> None:
+    from tests.validating_helpers import request, state
+    from webhook.admission import chain
+
+    bad = one("0.5")
+    assert chain.validate(request(bad, "UPDATE", bad, sub="status"), state(), chain.Settings()).allowed
+    assert chain.validate(request(bad, "DELETE", bad), state(), chain.Settings()).allowed
+
+
+SHAPES = [
+    ("spec missing", {"metadata": {"name": "p", "namespace": "n"}}, "spec: Required value: a pod needs a spec"),
+    ("labels not a map", {"metadata": {"labels": ["a"]}, "spec": {}}, "metadata.labels: Invalid value: must be a map of strings"),
+    ("containers not a list", {"metadata": {}, "spec": {"containers": {}}}, "spec.containers: Invalid value: must be a list"),
+    ("resources not an object", {"metadata": {}, "spec": {"containers": [{"name": "a", "resources": 1}]}},
+     "spec.containers[0].resources: Invalid value: must be an object"),
+    ("limits not a map", {"metadata": {}, "spec": {"initContainers": [{"name": "a", "resources": {"limits": "1"}}]}},
+     "spec.initContainers[0].resources.limits: Invalid value: must be a map of quantities"),
+    ("overhead not a map", {"metadata": {}, "spec": {"overhead": "1"}}, "spec.overhead: Invalid value: must be a map of quantities"),
+]
+
+
+@pytest.mark.parametrize(("name", "obj", "message"), SHAPES, ids=[c[0] for c in SHAPES])
+def test_malformed_pod_is_a_bad_request(name: str, obj: dict, message: str) -> None:
+    d = validate(obj)
+    assert (d.allowed, d.code, d.reason, d.rule, d.message) == (False, 400, "BadRequest", "batch-mixing", message)
+
+
+def test_malformed_old_object_on_update() -> None:
+    d = validate(batch(), "UPDATE", old={"metadata": {}, "spec": None})
+    assert (d.code, d.message) == (400, "oldObject.spec: Required value: a pod needs a spec")
