@@ -51,8 +51,9 @@ def test_serve_with_no_flags_runs_on_the_embedded_state(tmp_path: Path) -> None:
         assert r.json()["response"]["uid"] == review["request"]["uid"]
         assert (tmp_path / "certs" / "tls.key").stat().st_mode & 0o777 == 0o600
     finally:
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
+    assert proc.returncode == 0, err[-500:]
     assert "self-signed certificate for localhost" in err
     assert str(tmp_path / "certs" / "ca.crt") in err
     assert "Traceback" not in err

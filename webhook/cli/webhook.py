@@ -52,10 +52,28 @@ def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: boo
 
 
 # -- serve ----------------------------------------------------------------------------------
+def _graceful_server_class():  # type: ignore[no-untyped-def]
+    import uvicorn
+
+    class GracefulServer(uvicorn.Server):
+        """Exit 0 after a SIGTERM/SIGINT shutdown: uvicorn re-raises the signal, which kubelet and
+        shells read as a crash (exit -15)."""
+
+        def handle_exit(self, sig, frame):  # type: ignore[no-untyped-def]
+            super().handle_exit(sig, frame)
+            captured = getattr(self, "_captured_signals", None)
+            if isinstance(captured, list):
+                captured.clear()
+
+    return GracefulServer
+
+
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook.admission.app import create_app
+
+    _GracefulServer = _graceful_server_class()
     from webhook.tls import ensure_localhost
 
     setup_logging(args.log_format)
@@ -89,7 +107,7 @@ def serve(args: argparse.Namespace) -> int:
     source.start()
     log.info("serving https://%s:%d (/mutate, /validate, /healthz, /readyz, /metrics)", args.host, args.port)
     try:
-        uvicorn.Server(config).run()
+        _GracefulServer(config).run()
     finally:
         source.stop()
     return 0
