@@ -1,4 +1,4 @@
-"""``colocation-webhook``: serve the admission webhook, or review a pod offline."""
+"""``colocation-webhook``: serve the admission webhook, review a pod offline, or make its certificates."""
 
 from __future__ import annotations
 
@@ -180,6 +180,31 @@ def review(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- certs --------------------------------------------------------------------------------------
+def certs_generate(args: argparse.Namespace) -> int:
+    from webhook.tls import CertsError, generate_for_service
+
+    try:
+        paths, what = generate_for_service(args.out, args.service, args.namespace, days=args.days,
+                                           force=args.force, new_ca=args.new_ca)
+    except CertsError as exc:
+        print(f"colocation-webhook: {exc}", file=sys.stderr)
+        return EXIT_DENIED
+    print(what, file=sys.stderr)
+    print(f"CA {paths.ca_cert}, certificate {paths.cert}, key {paths.key} (keys are mode 0600)", file=sys.stderr)
+    return 0
+
+
+def certs_ca_bundle(args: argparse.Namespace) -> int:
+    from webhook.tls import CertsError, ca_bundle
+
+    try:
+        print(ca_bundle(args.out))
+    except CertsError as exc:
+        raise UsageError(str(exc)) from None
+    return 0
+
+
 # -- entry point ----------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="colocation-webhook", description=__doc__)
@@ -206,6 +231,20 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--output", choices=("yaml", "json", "patch", "review"), default="yaml")
     r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted")
     r.set_defaults(func=review)
+
+    c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service")
+    csub = c.add_subparsers(dest="certs_command", required=True)
+    g = csub.add_parser("generate", help="write ca.crt, ca.key, tls.crt, tls.key for SERVICE.NAMESPACE.svc")
+    g.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
+    g.add_argument("--namespace", required=True, help="its namespace (manifests: koordinator-system)")
+    g.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to write (default certs/)")
+    g.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    g.add_argument("--force", action="store_true", help="replace a valid pair (the CA is kept while it is good)")
+    g.add_argument("--new-ca", action="store_true", help="with --force: also replace the CA (changes caBundle)")
+    g.set_defaults(func=certs_generate)
+    b = csub.add_parser("ca-bundle", help="print the base64 CA certificate for a webhook's caBundle")
+    b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read (default certs/)")
+    b.set_defaults(func=certs_ca_bundle)
     return p
 
 
