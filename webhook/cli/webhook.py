@@ -54,6 +54,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook.admission.app import create_app
+    from webhook.certwatch import CertWatcher, WatchingServer
     from webhook.tls import ensure_localhost
 
     setup_logging(args.log_format)
@@ -84,10 +85,12 @@ def serve(args: argparse.Namespace) -> int:
     config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
     app.state.ssl_context = config.ssl
     log.info("cluster state: %s", describe(args.cluster_state, args.kubeconfig))
+    # Hot reload of the pair (a renewed Secret, cert-manager): no restart, the old pair serves until then.
+    watcher = CertWatcher(config.ssl, cert, key, registry=app.state.metrics.registry)
     source.start()
     log.info("serving https://%s:%d (/mutate, /validate, /healthz, /readyz, /metrics)", args.host, args.port)
     try:
-        uvicorn.Server(config).run()
+        WatchingServer(config, watcher).run()
     finally:
         source.stop()
     return 0
