@@ -290,14 +290,7 @@ def test_broken_new_pair_keeps_the_old_one(tmp_path: Path, caplog: pytest.LogCap
         # Fixed afterwards: the next change loads it.
         _publish(mount, "v3", other.folder)
         trust_other = ssl.create_default_context(cafile=str(other.ca_cert))
-        _wait_for(lambda: _try_serial(port, trust_other) == _serial(other.cert), "the fixed pair")
-
-
-def _try_serial(port: int, trust: ssl.SSLContext) -> int | None:
-    try:
-        return _served_serial(port, trust)
-    except ssl.SSLError:
-        return None
+        _wait_for(lambda: _try_connect(port, trust_other) == _serial(other.cert), "the fixed pair")
 
 
 def test_unchanged_files_are_not_reloaded(tmp_path: Path) -> None:
@@ -309,3 +302,44 @@ def test_unchanged_files_are_not_reloaded(tmp_path: Path) -> None:
     assert watcher.reload() is False  # a poll with nothing new
     generate(tmp_path, ["localhost"])
     assert watcher.reload() is True
+
+
+def test_serve_reloads_renewed_files(tmp_path: Path) -> None:
+    """`colocation-webhook serve --tls-cert-file/--tls-private-key-file` starts the watcher: files renewed
+    in place (as `certs generate --force` does) are served to new connections without a restart."""
+    import os
+    import subprocess
+    import sys
+
+    from webhook.cluster.sources import example_folder
+    from webhook.tls import generate_for_service
+
+    certs = tmp_path / "certs"
+    generate(certs, ["localhost", "127.0.0.1"])
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1",
+                             "--port", str(port), "--tls-cert-file", str(certs / "tls.crt"),
+                             "--tls-private-key-file", str(certs / "tls.key"), "--cluster-state", str(example_folder())],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        trust = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+        _wait_for(lambda: _try_connect(port, trust) == _serial(certs / "tls.crt"), "the server to start")
+        first = _serial(certs / "tls.crt")
+        # A renewal that keeps the CA: the trust store stays the same.
+        generate_for_service(certs, "localhost", "default", force=True)
+        assert _serial(certs / "tls.crt") != first
+        _wait_for(lambda: _try_connect(port, trust) == _serial(certs / "tls.crt"), "the renewed certificate")
+        assert proc.poll() is None, "the server kept running"
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert "reloaded the TLS certificate" in err
+
+
+def _try_connect(port: int, trust: ssl.SSLContext) -> int | None:
+    try:
+        return _served_serial(port, trust)
+    except (OSError, ssl.SSLError):
+        return None
