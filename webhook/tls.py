@@ -1,11 +1,13 @@
 """Serving certificates: a self-signed CA and a SAN serving certificate (cryptography).
 
-Used by ``serve`` (localhost certificates when no TLS flags are given) and ``certs generate``.
-SANs are always set: apiservers since 1.19 refuse CN-only certificates.
+Used by ``serve`` (localhost certificates when no TLS flags are given), ``certs generate`` /
+``certs ca-bundle`` (the in-cluster Service certificate and the ``caBundle``) and the certificate
+watcher (``check_pair``). SANs are always set: apiservers since 1.19 refuse CN-only certificates.
 """
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import ipaddress
 import os
@@ -59,16 +61,15 @@ def _san(names: list[str]) -> x509.SubjectAlternativeName:
 def _write(path: Path, data: bytes, private: bool) -> None:
     """Write atomically (temp file + rename) so a reader never sees half a key."""
     tmp = path.with_name(f".{path.name}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    mode = 0o600 if private else 0o644
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    os.fchmod(fd, mode)  # O_CREAT's mode does not apply to a leftover temp file
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.replace(tmp, path)
 
 
-def generate(folder: Path, names: list[str], days: int = 365, common_name: str | None = None) -> CertPaths:
-    """Create a CA and a serving certificate for ``names`` (DNS names or IPs) under ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = CertPaths(folder)
+def _new_ca(days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     now = _now()
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "colocation-webhook-ca")])
@@ -86,15 +87,29 @@ def generate(folder: Path, names: list[str], days: int = 365, common_name: str |
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
+    return ca_key, ca
+
+
+def generate(folder: Path, names: list[str], days: int = 365, common_name: str | None = None,
+             ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None) -> CertPaths:
+    """Create a serving certificate for ``names`` (DNS names or IPs) under ``folder``, signed by ``ca``
+    (key, certificate) or by a new CA written next to it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = CertPaths(folder)
+    now = _now()
+    new_ca = ca is None
+    ca_key, ca_cert = _new_ca(days) if ca is None else ca
+    # The leaf never outlives its CA: the apiserver would reject the chain from that day on.
+    not_after = min(now + dt.timedelta(days=days), ca_cert.not_valid_after_utc)
     key = ec.generate_private_key(ec.SECP256R1())
     leaf = (
         x509.CertificateBuilder()
         .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name or names[0])]))
-        .issuer_name(ca_name)
+        .issuer_name(ca_cert.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - dt.timedelta(minutes=5))
-        .not_valid_after(now + dt.timedelta(days=days))
+        .not_valid_after(not_after)
         .add_extension(_san(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -103,8 +118,9 @@ def generate(folder: Path, names: list[str], days: int = 365, common_name: str |
     )
     pem = serialization.Encoding.PEM
     key_fmt = (pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    _write(paths.ca_key, ca_key.private_bytes(*key_fmt), private=True)
-    _write(paths.ca_cert, ca.public_bytes(pem), private=False)
+    if new_ca:
+        _write(paths.ca_key, ca_key.private_bytes(*key_fmt), private=True)
+        _write(paths.ca_cert, ca_cert.public_bytes(pem), private=False)
     _write(paths.key, key.private_bytes(*key_fmt), private=True)
     _write(paths.cert, leaf.public_bytes(pem), private=False)
     return paths
@@ -138,3 +154,112 @@ def ensure_localhost(folder: Path) -> tuple[CertPaths, bool]:
     if valid_pair(paths, names):
         return paths, False
     return generate(folder, names), True
+
+
+# -- certs generate / ca-bundle ----------------------------------------------------------------
+class CertsError(Exception):
+    """A certificate folder that cannot be used as asked; the message says what to do."""
+
+
+def service_names(service: str, namespace: str) -> list[str]:
+    """The names the apiserver may use for ``service`` in ``namespace`` (it dials ``S.NS.svc``)."""
+    return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]
+
+
+def san_names(path: Path) -> list[str]:
+    """The DNS and IP SANs of the certificate at ``path`` (empty when it has none)."""
+    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(v) for v in san.get_values_for_type(x509.DNSName)] + \
+        [str(v) for v in san.get_values_for_type(x509.IPAddress)]
+
+
+CA_MIN_REMAINING = dt.timedelta(days=30)
+
+
+def _usable_ca(paths: CertPaths) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
+    """The CA under ``paths`` when it parses, its key matches and it has 30 days left (the new leaf
+    ends with it at the latest)."""
+    try:
+        cert = x509.load_pem_x509_certificate(paths.ca_cert.read_bytes())
+        key = serialization.load_pem_private_key(paths.ca_key.read_bytes(), password=None)
+    except (OSError, ValueError, TypeError):
+        return None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or cert.public_key() != key.public_key():
+        return None
+    if cert.not_valid_after_utc < _now() + CA_MIN_REMAINING:
+        return None
+    return key, cert
+
+
+def generate_for_service(folder: Path, service: str, namespace: str, days: int = 365, force: bool = False,
+                         new_ca: bool = False) -> tuple[CertPaths, str]:
+    """``certs generate``: a serving pair for the in-cluster Service; returns (paths, what was done).
+
+    A valid pair already there is kept (same names) or refused (other names) unless ``force``. With
+    ``force`` the existing CA is reused when it is still good, so the ``caBundle`` stays the same and
+    running servers pick the new pair up without any window of distrust.
+    """
+    if days < 1:
+        raise CertsError(f"--days must be at least 1, got {days}")
+    names = service_names(service, namespace)
+    paths = CertPaths(folder)
+    if not force and paths.cert.exists() and paths.key.exists():
+        have = _names_if_valid(paths)
+        if have is not None and set(names) <= set(have):
+            return paths, f"kept the valid pair in {folder} for {', '.join(names)} (--force replaces it)"
+        if have is not None:
+            raise CertsError(f"{folder} already holds a valid certificate for {', '.join(have)}; "
+                             "use --force to replace it, or choose another --out")
+    ca = None if new_ca else _usable_ca(paths)
+    generate(folder, names, days=days, common_name=f"{service}.{namespace}.svc", ca=ca)
+    how = "signed by the existing CA (caBundle unchanged)" if ca is not None else "with a new CA"
+    until = x509.load_pem_x509_certificate(paths.cert.read_bytes()).not_valid_after_utc
+    return paths, f"wrote a certificate for {', '.join(names)} valid until {until:%Y-%m-%d} {how} to {folder}"
+
+
+def _names_if_valid(paths: CertPaths) -> list[str] | None:
+    if not valid_pair(paths, []):
+        return None
+    return san_names(paths.cert)
+
+
+def ca_bundle(folder: Path) -> str:
+    """``certs ca-bundle``: the base64 of the CA certificate PEM, as ``caBundle`` wants it."""
+    path = CertPaths(folder).ca_cert
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise CertsError(f"{path}: not found; run `colocation-webhook certs generate` first") from None
+    except OSError as exc:
+        raise CertsError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        x509.load_pem_x509_certificate(data)
+    except ValueError:
+        raise CertsError(f"{path}: not a PEM certificate") from None
+    return base64.b64encode(data).decode()
+
+
+def check_pair(cert_pem: bytes, key_pem: bytes) -> x509.Certificate:
+    """Raise ``CertsError`` naming what is wrong unless the PEM pair parses, matches and is in date.
+
+    Returns the leaf certificate (the first one in ``cert_pem``)."""
+    try:
+        chain = x509.load_pem_x509_certificates(cert_pem)
+    except ValueError as exc:
+        raise CertsError(f"the certificate does not parse: {exc}") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError) as exc:
+        raise CertsError(f"the private key does not parse: {exc}") from None
+    leaf = chain[0]
+    if leaf.public_key() != key.public_key():  # type: ignore[operator]
+        raise CertsError("the private key does not match the certificate")
+    now = _now()
+    if not leaf.not_valid_before_utc <= now <= leaf.not_valid_after_utc:
+        raise CertsError(f"the certificate is not valid now (valid {leaf.not_valid_before_utc:%Y-%m-%d %H:%M} "
+                         f"to {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC)")
+    return leaf

@@ -1,4 +1,4 @@
-"""``colocation-webhook``: serve the admission webhook, or review a pod offline."""
+"""``colocation-webhook``: serve the admission webhook, review a pod offline, or make its certificates."""
 
 from __future__ import annotations
 
@@ -52,28 +52,11 @@ def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: boo
 
 
 # -- serve ----------------------------------------------------------------------------------
-def _graceful_server_class():  # type: ignore[no-untyped-def]
-    import uvicorn
-
-    class GracefulServer(uvicorn.Server):
-        """Exit 0 after a SIGTERM/SIGINT shutdown: uvicorn re-raises the signal, which kubelet and
-        shells read as a crash (exit -15)."""
-
-        def handle_exit(self, sig, frame):  # type: ignore[no-untyped-def]
-            super().handle_exit(sig, frame)
-            captured = getattr(self, "_captured_signals", None)
-            if isinstance(captured, list):
-                captured.clear()
-
-    return GracefulServer
-
-
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook.admission.app import create_app
-
-    _GracefulServer = _graceful_server_class()
+    from webhook.certwatch import CertWatcher, WatchingServer
     from webhook.tls import ensure_localhost
 
     setup_logging(args.log_format)
@@ -104,10 +87,12 @@ def serve(args: argparse.Namespace) -> int:
     config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
     app.state.ssl_context = config.ssl
     log.info("cluster state: %s", describe(args.cluster_state, args.kubeconfig))
+    # Hot reload of the pair (a renewed Secret, cert-manager): no restart, the old pair serves until then.
+    watcher = CertWatcher(config.ssl, cert, key, registry=app.state.metrics.registry)
     source.start()
     log.info("serving https://%s:%d (/mutate, /validate, /healthz, /readyz, /metrics)", args.host, args.port)
     try:
-        _GracefulServer(config).run()
+        WatchingServer(config, watcher).run()
     finally:
         source.stop()
     return 0
@@ -200,6 +185,31 @@ def review(args: argparse.Namespace) -> int:
     return 0
 
 
+# -- certs --------------------------------------------------------------------------------------
+def certs_generate(args: argparse.Namespace) -> int:
+    from webhook.tls import CertsError, generate_for_service
+
+    try:
+        paths, what = generate_for_service(args.out, args.service, args.namespace, days=args.days,
+                                           force=args.force, new_ca=args.new_ca)
+    except CertsError as exc:
+        print(f"colocation-webhook: {exc}", file=sys.stderr)
+        return EXIT_DENIED
+    print(what, file=sys.stderr)
+    print(f"CA {paths.ca_cert}, certificate {paths.cert}, key {paths.key} (keys are mode 0600)", file=sys.stderr)
+    return 0
+
+
+def certs_ca_bundle(args: argparse.Namespace) -> int:
+    from webhook.tls import CertsError, ca_bundle
+
+    try:
+        print(ca_bundle(args.out))
+    except CertsError as exc:
+        raise UsageError(str(exc)) from None
+    return 0
+
+
 # -- entry point ----------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="colocation-webhook", description=__doc__)
@@ -226,6 +236,20 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--output", choices=("yaml", "json", "patch", "review"), default="yaml")
     r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted")
     r.set_defaults(func=review)
+
+    c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service")
+    csub = c.add_subparsers(dest="certs_command", required=True)
+    g = csub.add_parser("generate", help="write ca.crt, ca.key, tls.crt, tls.key for SERVICE.NAMESPACE.svc")
+    g.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
+    g.add_argument("--namespace", required=True, help="its namespace (manifests: koordinator-system)")
+    g.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to write (default certs/)")
+    g.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    g.add_argument("--force", action="store_true", help="replace a valid pair (the CA is kept while it is good)")
+    g.add_argument("--new-ca", action="store_true", help="with --force: also replace the CA (changes caBundle)")
+    g.set_defaults(func=certs_generate)
+    b = csub.add_parser("ca-bundle", help="print the base64 CA certificate for a webhook's caBundle")
+    b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read (default certs/)")
+    b.set_defaults(func=certs_ca_bundle)
     return p
 
 

@@ -1,0 +1,210 @@
+"""The Dockerfile, without a container engine: its structure parsed, and its install steps run in a
+fresh venv (the project's wheel built as the build stage builds it, installed as the runtime stage
+installs it, then both entry points run from the fresh venv)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import tomllib
+import venv
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPILERS = ("build-essential", "gcc", "g++", "clang", "make", "cc ", "python3-dev", "libc6-dev")
+
+
+@dataclass
+class Stage:
+    base: str
+    name: str
+    instructions: list[tuple[str, str]] = field(default_factory=list)
+
+    def all(self, op: str) -> list[str]:
+        return [args for o, args in self.instructions if o == op]
+
+
+def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
+    """Instructions by stage, with line continuations joined and ``${ARG}`` resolved in FROM."""
+    logical, buf = [], ""
+    for line in text.splitlines():
+        if not buf and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.rstrip().endswith("\\"):
+            buf += line.rstrip()[:-1] + " "
+            continue
+        logical.append(buf + line)
+        buf = ""
+    args: dict[str, str] = {}
+    stages: list[Stage] = []
+    for line in logical:
+        op, _, rest = line.strip().partition(" ")
+        op, rest = op.upper(), rest.strip()
+        if op == "ARG" and not stages:
+            k, _, v = rest.partition("=")
+            args[k] = v
+        elif op == "FROM":
+            m = re.fullmatch(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.IGNORECASE)
+            assert m, f"unparsable FROM {rest!r}"
+            base = re.sub(r"\$\{(\w+)\}|\$(\w+)", lambda g: args[g.group(1) or g.group(2)], m.group(1))
+            stages.append(Stage(base, m.group(2) or str(len(stages))))
+        else:
+            assert stages, f"{op} before FROM"
+            stages[-1].instructions.append((op, rest))
+    return args, stages
+
+
+@pytest.fixture(scope="module")
+def stages() -> list[Stage]:
+    return parse((ROOT / "Dockerfile").read_text())[1]
+
+
+def _scripts() -> dict[str, str]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+
+
+def test_parser_handles_continuations() -> None:
+    _, st = parse("ARG B=x:1\nFROM ${B} AS one\nRUN a \\\n  && b\n# c\nFROM one\nUSER 1\n")
+    assert [(s.base, s.name) for s in st] == [("x:1", "one"), ("one", "1")]
+    assert st[0].all("RUN") == ["a    && b"]
+
+
+def test_multi_stage_on_python_311_slim(stages: list[Stage]) -> None:
+    assert len(stages) >= 2
+    assert all(s.base == "python:3.11-slim" for s in stages)
+    build, final = stages[0], stages[-1]
+    assert any("pip wheel" in r for r in build.all("RUN")), "wheels are built in the first stage"
+    # The runtime stage takes only the wheels from the build stage, and installs from them alone.
+    copies = final.all("COPY")
+    assert copies and all(c.startswith(f"--from={build.name} ") for c in copies)
+    assert any("pip install --no-index" in r for r in final.all("RUN"))
+
+
+def test_no_compilers_in_the_final_image(stages: list[Stage]) -> None:
+    final = stages[-1]
+    assert final.base != stages[0].name  # not built on top of the build stage
+    for run in final.all("RUN"):
+        assert "apt-get install" not in run and "apk add" not in run, run
+        assert not any(c in run for c in COMPILERS), run
+
+
+def test_non_root_user(stages: list[Stage]) -> None:
+    users = stages[-1].all("USER")
+    assert users, "the final stage sets USER"
+    user = users[-1].split(":")[0]
+    assert user not in ("root", "0")
+    # The manifests run as that uid (runAsUser), with runAsNonRoot.
+    docs = [d for f in ("webhook.yaml", "agent.yaml") for d in yaml.safe_load_all((ROOT / "manifests/base" / f).read_text())
+            if d and d["kind"] in ("Deployment", "DaemonSet")]
+    assert {str(d["spec"]["template"]["spec"]["securityContext"]["runAsUser"]) for d in docs} == {user}
+
+
+def test_expose_and_entrypoint_match_the_manifests(stages: list[Stage]) -> None:
+    final = stages[-1]
+    exposed = {int(p.split("/")[0]) for e in final.all("EXPOSE") for p in e.split()}
+    ports, commands = set(), set()
+    for f in ("webhook.yaml", "agent.yaml"):
+        for d in yaml.safe_load_all((ROOT / "manifests/base" / f).read_text()):
+            if d and d["kind"] in ("Deployment", "DaemonSet"):
+                for c in d["spec"]["template"]["spec"]["containers"]:
+                    ports |= {p["containerPort"] for p in c["ports"]}
+                    commands.add(c["command"][0])
+    assert exposed == ports == {8443, 9316}
+    (entrypoint,) = final.all("ENTRYPOINT")
+    assert json.loads(entrypoint) == ["colocation-webhook"]  # exec form
+    assert json.loads(final.all("CMD")[-1]) == ["serve"]
+    assert commands == set(_scripts()) == {"colocation-webhook", "colocation-agent"}
+
+
+def _dockerignore_allows(rel: str) -> bool:
+    allowed = False
+    for line in (ROOT / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        neg = line.startswith("!")
+        pat = line.lstrip("!").rstrip("/")
+        if pat == "*" or rel == pat or rel.startswith(pat + "/"):
+            allowed = neg
+    return allowed
+
+
+def test_install_steps_in_a_fresh_venv(stages: list[Stage], tmp_path: Path) -> None:
+    """Build context from the COPY lines, the build stage's `pip wheel` (this project only; dependencies
+    are those of the running environment), the runtime stage's `pip install --no-index`, then the
+    entry points from the fresh venv."""
+    build, final = stages[0], stages[-1]
+    ctx = tmp_path / "src"
+    ctx.mkdir()
+    workdir = build.all("WORKDIR")[-1]
+    for copy in build.all("COPY"):
+        *sources, dest = shlex.split(copy)
+        target = ctx / Path(dest).relative_to(workdir) if dest.startswith("/") else ctx / dest
+        for s in sources:
+            assert _dockerignore_allows(s), f".dockerignore excludes {s}, which COPY needs"
+            src = ROOT / s
+            assert src.exists(), f"COPY source {s} is missing from the checkout"
+            if src.is_dir():
+                shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__"), dirs_exist_ok=True)
+            else:
+                shutil.copy(src, target / src.name if dest.endswith("/") else target)
+    wheels = tmp_path / "wheels"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    (wheel_run,) = [r for r in build.all("RUN") if "pip wheel" in r]
+    cmd = shlex.split(wheel_run)
+    assert cmd[:2] == ["pip", "wheel"]
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
+           *[str(wheels) if a == "/wheels" else a for a in cmd[2:]]]
+    out = subprocess.run(cmd, cwd=ctx, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (wheel,) = wheels.glob("colocation_webhook-*.whl")
+
+    fresh = tmp_path / "venv"
+    venv.create(fresh, with_pip=False)
+    py = fresh / "bin" / "python"
+    site = Path(subprocess.check_output([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                        text=True).strip())
+    # Dependencies come from the running environment: a folder of links to its site-packages, less this
+    # project (often installed there in editable mode), appended after the venv's own site-packages.
+    deps = tmp_path / "deps"
+    deps.mkdir()
+    for sp in (Path(p) for p in sys.path if p.endswith("site-packages") and Path(p).is_dir()):
+        for entry in sp.iterdir():
+            name = entry.name.lower()
+            if name.startswith(("colocation_webhook", "__editable__", "webhook", "_deps_")) or name.endswith(".pth"):
+                continue
+            if not (deps / entry.name).exists():
+                (deps / entry.name).symlink_to(entry)
+    (site / "_deps_from_test_env.pth").write_text(f"{deps}\n")
+    (install_run,) = [r for r in final.all("RUN") if "pip install" in r]
+    step = shlex.split(install_run.split("&&")[0])
+    assert step[:2] == ["pip", "install"]
+    step = [a.replace("/wheels", str(wheels)) for a in step[2:]]
+    out = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", *step],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    # The programs run from the installed wheel, not from the checkout.
+    where = subprocess.run([py, "-c", "import webhook, webhook.cli.agent; print(webhook.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert where.returncode == 0, where.stderr
+    assert Path(where.stdout.strip()).is_relative_to(site)
+    assert (site / "webhook" / "cluster" / "example" / "state.yaml").is_file(), "package data in the wheel"
+    for script in _scripts():
+        assert (fresh / "bin" / script).is_file(), script
+    help_out = subprocess.run([fresh / "bin" / "colocation-webhook", "--help"], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=60)
+    assert help_out.returncode == 0 and "certs" in help_out.stdout, help_out.stderr
+    agent = subprocess.run([fresh / "bin" / "colocation-agent", "--help"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in agent.stderr, agent.stderr
+    assert wheel.name.startswith("colocation_webhook-")
