@@ -4,7 +4,10 @@
 Each server runs as one uvicorn worker pinned to CPU 0; wrk (Debian package `wrk`) runs pinned to CPU 1 over
 keep-alive TLS. Prints rps, p50 and p99 for both and their ratio (target: ratio >= 0.8).
 
+Then a fixed-rate run (bench/fixed_rate.py, open loop) at --rate rps reports p99 (target <= 10 ms on one core).
+
     python bench/webhook.py [--duration 10] [--connections 32] [--review FILE] [--cluster-state DIR]
+                            [--rate 1000] [--fixed-duration 10]
 """
 
 from __future__ import annotations
@@ -68,8 +71,8 @@ def run_wrk(url: str, body: Path, duration: int, connections: int, workdir: Path
     cmd = pinned(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url], "1")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = to_ms(re.search(r"50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
-    p99 = to_ms(re.search(r"99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    p50 = to_ms(re.search(r"^\s+50%\s+(\S+)$", out, re.M).group(1))  # type: ignore[union-attr]
+    p99 = to_ms(re.search(r"^\s+99%\s+(\S+)$", out, re.M).group(1))  # type: ignore[union-attr]
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     socket_errors = re.search(r"Socket errors: (.*)", out)
     return {"rps": rps, "p50": p50, "p99": p99, "non2xx": float(errors.group(1)) if errors else 0.0,
@@ -83,6 +86,8 @@ def main() -> int:
     ap.add_argument("--review", type=Path, default=DEFAULT_REVIEW)
     ap.add_argument("--cluster-state", type=Path)
     ap.add_argument("--endpoints", default="/mutate,/validate")
+    ap.add_argument("--rate", type=float, default=1000, help="fixed-rate run (0 to skip)")
+    ap.add_argument("--fixed-duration", type=int, default=10)
     args = ap.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed: apt-get install wrk")
@@ -122,6 +127,16 @@ def main() -> int:
                 worst = ratio if worst is None else min(worst, ratio)
                 print(f"{'ratio ' + endpoint:<22}{ratio:>10.2f}")
             print(f"worst ratio: {worst:.2f} (target >= 0.80)")
+            if args.rate:
+                print(f"fixed rate {args.rate:.0f} rps for {args.fixed_duration}s (open loop, latency from the "
+                      "scheduled send time; target p99 <= 10 ms on one core)")
+                for endpoint in args.endpoints.split(","):
+                    out = subprocess.run(pinned([sys.executable, str(ROOT / "bench" / "fixed_rate.py"),
+                                                 f"https://localhost:{port_ours}{endpoint}?timeout=10s",
+                                                 "--ca", str(certs.ca_cert), "--body", str(args.review),
+                                                 "--rate", str(args.rate), "--duration", str(args.fixed_duration)],
+                                                "1"), capture_output=True, text=True, env=env)
+                    print(f"  webhook {endpoint}: {out.stdout.strip() or out.stderr.strip()[-300:]}")
         finally:
             for p in (ours, echo):
                 p.terminate()
