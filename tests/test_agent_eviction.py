@@ -156,3 +156,12 @@ def test_never_a_non_be_pod_even_when_not_enough() -> None:
     victims, _ = select_victims(_tasks(cands, 100 * GI, 90 * GI), EvictionMemory(), 0.0)
     assert [v.candidate.name for v in victims] == ["be"]
     json.dumps([v.candidate.uid for v in victims])
+
+
+def test_releasing_pods_are_credited_before_new_victims() -> None:
+    # a (ranked first) is refused; b, evicted earlier, already covers the need: nothing new is tried.
+    cands = [cand("a", 3 * GI, 3000), cand("b", 3 * GI)]
+    tried: list[str] = []
+    victims, _ = select_victims(_tasks(cands, 100 * GI, 70 * GI), EvictionMemory(None, {"uid-b": 0.0}), 10.0,
+                                lambda v: tried.append(v.candidate.name) or True)
+    assert victims == [] and tried == []

@@ -142,8 +142,11 @@ def select_victims(tasks: Sequence[Task], memory: EvictionMemory, now: float,
     """
     memory = memory.pruned(now)
     evicted = dict(memory.evicted)
-    released = 0
-    seen: set[str] = set()
+    # Credit what is already on its way out first, so no new victim is taken for memory that is
+    # being released anyway (nothing beyond the amount to free).
+    releasing = {c.uid: c.usage for task in tasks for c in task.ranked if c.uid in evicted or c.terminating}
+    released = sum(releasing.values())
+    seen: set[str] = set(releasing)
     victims: list[Victim] = []
     for task in tasks:
         for c in task.ranked:
@@ -152,9 +155,6 @@ def select_victims(tasks: Sequence[Task], memory: EvictionMemory, now: float,
             if c.uid in seen:
                 continue
             seen.add(c.uid)
-            if c.uid in evicted or c.terminating:
-                released += c.usage
-                continue
             victim = Victim(c, task.reason, task.need, task.message.format(name=c.name))
             if try_evict(victim):
                 released += c.usage
