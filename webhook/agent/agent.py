@@ -78,6 +78,7 @@ class Agent:
         self.last_batch_update: float | None = None
         self.last_condition: str | None = None
         self._last_collect_error: str | None = None
+        self._request_cache: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {}
 
     # -- inputs -----------------------------------------------------------------------------------
     def _cluster(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]], dict[str, Any] | None]:
@@ -144,8 +145,10 @@ class Agent:
                                                      watermark.memoryEvictLowerPercent))
         result = evaluate(thresholds, obs, self.engine, now, self.options.transition_period)
         self.engine = result.state
-        usage = {uid: p.memory for uid, p in sample.pods.items()}
-        tasks = build_tasks(result.acting, obs, candidates(pods, usage), self.node_name)
+        tasks = []
+        if result.acting:  # candidates are only worth ranking when a threshold acts
+            usage = {uid: p.memory for uid, p in sample.pods.items()}
+            tasks = build_tasks(result.acting, obs, candidates(pods, usage), self.node_name)
         out["releaseTargetBytes"] = max((t.need for t in tasks), default=0)
         if tasks and not self.memory.in_cooldown(now):
             victims, self.memory = select_victims(tasks, self.memory, now, self._try_evict)
@@ -217,15 +220,26 @@ class Agent:
                 continue
             uid = (pod.get("metadata") or {}).get("uid") or ""
             cpu, mem = self.window.average(uid)
-            req = pod_requests(pod)
-            loads.append(batchcalc.PodLoad(is_be(pod), cpu, mem, milli_value(req[CPU]) if CPU in req else 0,
-                                           int_value(req[MEMORY]) if MEMORY in req else 0))
+            loads.append(batchcalc.PodLoad(is_be(pod), cpu, mem, *self._requests(uid, pod)))
+        if len(self._request_cache) > 2 * len(pods) + 16:  # forget pods that left the node
+            current = {(p.get("metadata") or {}).get("uid") for p in pods}
+            self._request_cache = {u: v for u, v in self._request_cache.items() if u in current}
         result = batchcalc.batch_allocatable(alloc_cpu, alloc_mem, node_cpu or 0.0, node_mem or 0.0, loads,
                                              colo.cpuReclaimThresholdPercent, colo.memoryReclaimThresholdPercent,
                                              colo.memoryCalculatePolicy)
         for line in result.explain:
             log.debug("%s", line)
         return result
+
+    def _requests(self, uid: str, pod: dict[str, Any]) -> tuple[int, int]:
+        """(cpu milli, memory bytes) requests, memoised per pod object (sources replace whole dicts)."""
+        hit = self._request_cache.get(uid)
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        req = pod_requests(pod)
+        value = (milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0)
+        self._request_cache[uid] = (pod, value)
+        return value
 
     def _publish(self, now: float, node: dict[str, Any] | None, status: dict[str, Any],
                  wanted: dict[str, int] | None, colo: Any) -> None:

@@ -94,20 +94,34 @@ def read_cpu_ticks(proc_root: Path) -> tuple[int, int, int]:
 _POD_DIR = re.compile(r"^(?:kubepods-(?:burstable-|besteffort-)?pod(?P<sd>[0-9a-fA-F_-]+)\.slice|pod(?P<fs>[0-9a-fA-F-]+))$")
 
 
-def _read_int(path: str) -> int | None:
+def _read(path: str) -> bytes | None:
+    # os.open/os.read: no buffered file object per read; cgroup files are small (one read).
     try:
-        with open(path, "rb") as f:
-            return int(f.read())
-    except (OSError, ValueError):
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_int(path: str) -> int | None:
+    data = _read(path)
+    if data is None:
+        return None
+    try:
+        return int(data)
+    except ValueError:
         return None
 
 
 def _stat_value(path: str, key: bytes) -> int | None:
     """One ``key value`` line of a flat-keyed cgroup file (memory.stat, cpu.stat)."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError:
+    data = _read(path)
+    if data is None:
         return None
     at = data.find(b"\n" + key + b" ")
     if at >= 0:

@@ -52,26 +52,28 @@ def batch_allocatable(alloc_cpu_milli: int, alloc_memory: int, node_cpu_milli: f
                       pods: Iterable[PodLoad], cpu_percent: int, memory_percent: int,
                       memory_policy: str = "usage") -> BatchResult:
     """The seed-003 formula for one node; a non-BE pod never measured counts its request."""
-    pod_cpu = pod_mem = Fraction(0)
-    hp_cpu = hp_mem = hp_mem_request = hp_mem_max = Fraction(0)
+    # Plain float/int sums on the hot path; exact arithmetic for the formula itself (``_one``).
+    pod_cpu = pod_mem = 0.0
+    hp_cpu = hp_mem = 0.0
+    hp_mem_request = 0
+    hp_mem_max = 0.0
     for p in pods:
         if p.cpu_milli is not None:
-            pod_cpu += Fraction(p.cpu_milli)
+            pod_cpu += p.cpu_milli
         if p.memory is not None:
-            pod_mem += Fraction(p.memory)
+            pod_mem += p.memory
         if p.be:
             continue
-        cpu = Fraction(p.cpu_milli) if p.cpu_milli is not None else Fraction(p.cpu_request_milli)
-        mem = Fraction(p.memory) if p.memory is not None else Fraction(p.memory_request)
-        hp_cpu += cpu
+        mem = p.memory if p.memory is not None else p.memory_request
+        hp_cpu += p.cpu_milli if p.cpu_milli is not None else p.cpu_request_milli
         hp_mem += mem
         hp_mem_request += p.memory_request
-        hp_mem_max += max(mem, Fraction(p.memory_request))
-    system_cpu = max(Fraction(node_cpu_milli) - pod_cpu, Fraction(0))
-    system_mem = max(Fraction(node_memory) - pod_mem, Fraction(0))
+        hp_mem_max += max(mem, p.memory_request)
+    system_cpu = max(Fraction(node_cpu_milli) - Fraction(pod_cpu), Fraction(0))
+    system_mem = max(Fraction(node_memory) - Fraction(pod_mem), Fraction(0))
     hp_memory = {"request": hp_mem_request, "maxUsageRequest": hp_mem_max}.get(memory_policy, hp_mem)
-    cpu, cpu_text = _one("CPU(Milli-Core)", alloc_cpu_milli, cpu_percent, hp_cpu, system_cpu)
-    mem, mem_text = _one("Memory(Byte)", alloc_memory, memory_percent, hp_memory, system_mem)
+    cpu, cpu_text = _one("CPU(Milli-Core)", alloc_cpu_milli, cpu_percent, Fraction(hp_cpu), system_cpu)
+    mem, mem_text = _one("Memory(Byte)", alloc_memory, memory_percent, Fraction(hp_memory), system_mem)
     return BatchResult(cpu, mem, (cpu_text, mem_text))
 
 
