@@ -309,3 +309,38 @@ def test_node_measure_failure_is_not_fatal(tmp_path: Path) -> None:
     (proc / "meminfo").write_text("MemTotal: 1")
     out = agent.cycle(now=0.0)
     assert out["memory"] is None and out["evictions"] == []
+
+
+def test_run_dry_run_logs_decisions_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    state = write_state(tmp_path / "state")
+    proc, cg = write_node(tmp_path, 24 * GI, USAGE)
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.Popen([sys.executable, "-m", "webhook.cli.agent", "run", "--node-name", NODE, "--cluster-state",
+                          str(state), "--proc-root", str(proc), "--cgroup-root", str(cg), "--dry-run",
+                          "--interval", "100ms", "--metrics-port", "0"],
+                         stderr=subprocess.PIPE, text=True, cwd=repo,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    import threading
+
+    lines: list[str] = []
+    assert p.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(p.stderr.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any("would set node condition" in ln for ln in lines):
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=10)
+    reader.join(timeout=5)
+    text = "".join(lines)
+    assert "dry-run: would evict colo-demo/be-batch-1" in text
+    assert "dry-run: would patch node colo-node-1 status" in text
+    assert p.returncode == 0 and "Traceback" not in text

@@ -161,12 +161,12 @@ class Agent:
 
     def _try_evict(self, v: Victim) -> bool:
         c = v.candidate
-        if self.actions is None:
-            return True  # planning only (``once``)
         if self.options.dry_run:
             log.info("dry-run: would evict %s/%s (uid %s, priority %s, usage %d bytes), reason %s, need %d: %s",
                      c.namespace, c.name, c.uid, c.priority, c.usage, v.reason, v.need, v.message)
             return True
+        if self.actions is None:
+            return True  # planning only (``once``)
         result = self.actions.evict(c.namespace, c.name, c.uid)
         if result.outcome is not EvictOutcome.EVICTED:
             log.warning("eviction of %s/%s %s (%s): %s", c.namespace, c.name, result.outcome.value,
@@ -243,7 +243,7 @@ class Agent:
 
     def _publish(self, now: float, node: dict[str, Any] | None, status: dict[str, Any],
                  wanted: dict[str, int] | None, colo: Any) -> None:
-        if node is None or self.actions is None:
+        if node is None or (self.actions is None and not self.options.dry_run):
             return
         current = batchcalc.published(status.get("allocatable"))
         if not batchcalc.needs_update(current, wanted, self.last_batch_update, now, colo.resourceDiffThreshold,
@@ -253,7 +253,7 @@ class Agent:
         if self.options.dry_run:
             log.info("dry-run: would patch node %s status with %s", self.node_name, body)
             self.last_batch_update = now
-        elif self.actions.patch_node_status(body):
+        elif self.actions is not None and self.actions.patch_node_status(body):
             log.info("published batch resources on %s: %s", self.node_name, wanted or "removed")
             self.last_batch_update = now
 
@@ -267,7 +267,7 @@ class Agent:
         else:
             cond = {"type": PRESSURE_CONDITION, "status": "False", "reason": NO_PRESSURE_REASON,
                     "message": "no memory threshold met"}
-        if node is not None and self.actions is not None:
+        if node is not None and (self.actions is not None or self.options.dry_run):
             self._patch_condition(node, cond)
         return cond
 
