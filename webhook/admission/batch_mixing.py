@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from webhook.admission.response import Decision, denied
 from webhook.admission.review import AdmissionRequest
-from webhook.core.batch import mixing_error
+from webhook.core.batch_validation import mixing_error
 from webhook.core.resources import pod_shape_error
 
 NAME = "batch-mixing"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from webhook.admission.response import Decision, denied
 from webhook.admission.review import AdmissionRequest
-from webhook.core.batch import unit_problems
+from webhook.core.batch_validation import unit_problems
 from webhook.core.fielderrors import aggregate
 
 NAME = "batch-units"

@@ -1,13 +1,281 @@
-"""``colocation-agent``: the node agent (placeholder until the agent issue lands)."""
+"""``colocation-agent``: the node agent (memory eviction, kubelet-style thresholds, batch resources).
+
+    colocation-agent once --node-name N [--cluster-state DIR | --kubeconfig F] [--output json|text]
+    colocation-agent run  --node-name N [--kubeconfig F] [--interval 1s] [--dry-run] [--metrics-port 9316]
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import os
+import signal
 import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+import orjson
+
+from webhook.cli.logs import setup_logging
+from webhook.cluster.files import StateFileError
+from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
+from webhook.core.durations import DurationError, parse_duration
+from webhook.core.quantity import format_binary_si
+from webhook.core.thresholds import ThresholdError, parse_thresholds, parse_transition_period
+
+log = logging.getLogger("colocation-agent")
+EXIT_USAGE = 2
+
+
+class UsageError(Exception):
+    """Unusable input: printed as one line on stderr, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not usage + message
+        print(f"{self.prog}: {message}", file=sys.stderr)
+        sys.exit(EXIT_USAGE)
+
+
+# -- shared pieces ------------------------------------------------------------------------------------
+def _node_name(args: argparse.Namespace) -> str:
+    name = args.node_name or os.environ.get("NODE_NAME", "")
+    if not name:
+        raise UsageError("--node-name is required (or set NODE_NAME)")
+    return name
+
+
+def _options(args: argparse.Namespace, node: str, dry_run: bool):  # type: ignore[no-untyped-def]
+    from webhook.agent.agent import AgentOptions
+
+    try:
+        thresholds = parse_thresholds(args.eviction_hard, args.eviction_soft, args.eviction_soft_grace_period,
+                                      args.eviction_minimum_reclaim)
+        transition = parse_transition_period(args.eviction_pressure_transition_period)
+    except ThresholdError as exc:
+        raise UsageError(str(exc)) from None
+    for t in thresholds:
+        if t.signal != "memory.available":
+            log.warning("threshold %s is accepted but not acted on: the agent observes memory.available only",
+                        t.describe())
+    return AgentOptions(node, thresholds, transition, (args.config_namespace, args.config_name), dry_run)
+
+
+def _collector(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from webhook.agent.collectors import CollectError, Collector
+
+    collector = Collector(Path(args.proc_root), Path(args.cgroup_root))
+    try:
+        collector.check()
+    except CollectError as exc:
+        raise UsageError(f"--proc-root: {exc}") from None
+    return collector
+
+
+def _live_source(state: ClusterState, kubeconfig: str | None, node: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from webhook.cluster.sources import build_source
+
+    return build_source(state, None, kubeconfig, kinds=AGENT_KINDS,
+                        field_selectors={"Pod": f"spec.nodeName={node}", "Node": f"metadata.name={node}"},
+                        config_map=(args.config_namespace, args.config_name))
+
+
+def _files_state(folder: Path) -> ClusterState:
+    from webhook.cluster.files import FilesSource
+
+    state = ClusterState(AGENT_KINDS)
+    try:
+        FilesSource(folder, state).load()
+    except StateFileError as exc:
+        raise UsageError(f"--cluster-state: {exc}") from None
+    return state
+
+
+def _wait_synced(state: ClusterState, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not state.ready:
+        if time.monotonic() > deadline:
+            raise UsageError(state.not_ready_reason() or "cluster state not synced")
+        time.sleep(0.05)
+
+
+def _api_client(kubeconfig: str | None) -> Any:
+    from webhook.agent.actions import api_client_for
+
+    try:
+        return api_client_for(kubeconfig)
+    except Exception as exc:  # the kubernetes config loaders raise many types
+        where = f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config"
+        raise UsageError(f"{where}: {exc}") from None
+
+
+# -- once -----------------------------------------------------------------------------------------------
+def _text(out: dict[str, Any]) -> str:
+    lines = [f"node {out['node']}"]
+    mem = out["memory"]
+    if mem:
+        lines.append(f"memory: used {format_binary_si(mem['usedBytes'])} of {format_binary_si(mem['capacityBytes'])}"
+                     f" ({mem['usagePercent']}%)")
+    lines.append(f"release target: {out['releaseTargetBytes']} bytes")
+    for e in out["evictions"]:
+        lines.append(f"evict {e['namespace']}/{e['name']} (uid {e['uid']}, priority {e['priority']}, "
+                     f"usage {e['usageBytes']} bytes): {e['reason']}")
+    if not out["evictions"]:
+        lines.append("evictions: none")
+    lines.append("batch: " + ", ".join(f"{k}={v}" for k, v in out["batch"].items()))
+    for c in out["conditions"]:
+        lines.append(f"condition {c['type']}={c['status']} ({c['reason']}): {c['message']}")
+    return "\n".join(lines) + "\n"
+
+
+def once(args: argparse.Namespace) -> int:
+    from webhook.agent.agent import Agent
+
+    setup_logging("text", logging.WARNING)
+    node = _node_name(args)
+    options = _options(args, node, dry_run=True)
+    collector = _collector(args)
+    source = None
+    state: ClusterState | None = None
+    if args.cluster_state is not None:
+        state = _files_state(args.cluster_state)
+    elif args.kubeconfig:
+        state = ClusterState(AGENT_KINDS)
+        source = _live_source(state, args.kubeconfig, node, args)
+        try:
+            source.start()
+            _wait_synced(state, args.sync_timeout)
+        except UsageError:
+            raise
+        except Exception as exc:
+            raise UsageError(f"--kubeconfig {args.kubeconfig}: {exc}") from None
+    try:
+        if args.cpu_sample_seconds > 0:  # CPU is a rate: prime the counters, then measure
+            collector.collect(time.monotonic())
+            time.sleep(args.cpu_sample_seconds)
+        out = Agent(options, collector, state).cycle()
+    finally:
+        if source is not None:
+            source.stop()
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        sys.stdout.write(_text(out))
+    return 0
+
+
+# -- run ------------------------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    from webhook.agent.actions import KubeActions
+    from webhook.agent.agent import Agent, run_loop
+    from webhook.agent.metrics import AgentMetrics
+
+    setup_logging(args.log_format)
+    node = _node_name(args)
+    options = _options(args, node, dry_run=args.dry_run)
+    try:
+        interval = parse_duration(args.interval)
+    except DurationError as exc:
+        raise UsageError(f'invalid argument "{args.interval}" for "--interval" flag: {exc}') from None
+    if interval <= 0:
+        raise UsageError(f"--interval must be positive, got {args.interval}")
+    collector = _collector(args)
+    from webhook.cluster.sources import in_cluster
+
+    state = ClusterState(AGENT_KINDS)
+    actions = None
+    if args.cluster_state is not None:
+        if not args.dry_run and not args.kubeconfig:
+            raise UsageError("--cluster-state without --kubeconfig can only --dry-run (no API to act on)")
+        state = _files_state(args.cluster_state)
+        source = None
+    elif args.kubeconfig or in_cluster():
+        source = _live_source(state, args.kubeconfig, node, args)
+    else:
+        raise UsageError("no cluster: give --kubeconfig, run in a pod, or --cluster-state DIR with --dry-run")
+    if args.kubeconfig or in_cluster():
+        actions = KubeActions(_api_client(args.kubeconfig), node)
+    metrics = AgentMetrics()
+    if args.metrics_port:
+        from prometheus_client import start_http_server
+
+        try:
+            start_http_server(args.metrics_port, registry=metrics.registry)
+        except OSError as exc:
+            raise UsageError(f"--metrics-port {args.metrics_port}: {exc.strerror or exc}") from None
+    agent = Agent(options, collector, state, actions, metrics)
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if source is not None:
+        try:
+            source.start()
+        except Exception as exc:
+            raise UsageError(f"cluster source: {exc}") from None
+        _wait_synced(state, args.sync_timeout)
+    log.info("agent on node %s: interval %gs, %s, %d kubelet-style threshold(s), metrics on :%s", node, interval,
+             "dry run" if args.dry_run else "acting", len(options.thresholds), args.metrics_port or "off")
+    try:
+        run_loop(agent, interval, stop)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if source is not None:
+            source.stop()
+    return 0
+
+
+# -- entry point ----------------------------------------------------------------------------------------
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--node-name", default=None, help="this node (default: $NODE_NAME)")
+    p.add_argument("--proc-root", default="/proc")
+    p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
+    p.add_argument("--eviction-hard", metavar="SIGNAL<VALUE,...", help="e.g. memory.available<500Mi")
+    p.add_argument("--eviction-soft", metavar="SIGNAL<VALUE,...")
+    p.add_argument("--eviction-soft-grace-period", metavar="SIGNAL=DURATION,...")
+    p.add_argument("--eviction-minimum-reclaim", metavar="SIGNAL=VALUE,...")
+    p.add_argument("--eviction-pressure-transition-period", metavar="DURATION", help="default 5m0s")
+    p.add_argument("--config-namespace", default=SLO_CONFIG_NAMESPACE)
+    p.add_argument("--config-name", default=SLO_CONFIG_NAME)
+    p.add_argument("--sync-timeout", type=float, default=30.0, help=argparse.SUPPRESS)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="colocation-agent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    r = sub.add_parser("run", help="measure, decide and act every --interval")
+    _common(r)
+    r.add_argument("--kubeconfig")
+    r.add_argument("--cluster-state", type=Path, metavar="DIR", help="a folder of manifests (with --dry-run)")
+    r.add_argument("--interval", default="1s")
+    r.add_argument("--dry-run", action="store_true", help="log every decision, act on nothing")
+    r.add_argument("--metrics-port", type=int, default=9316, help="0 disables /metrics")
+    r.add_argument("--log-format", choices=("text", "json"), default="text")
+    r.set_defaults(func=run)
+
+    o = sub.add_parser("once", help="one measure-and-decide cycle, printed, nothing acted on")
+    _common(o)
+    src = o.add_mutually_exclusive_group()
+    src.add_argument("--cluster-state", type=Path, metavar="DIR")
+    src.add_argument("--kubeconfig")
+    o.add_argument("--output", choices=("json", "text"), default="json")
+    o.add_argument("--cpu-sample-seconds", type=float, default=0.25,
+                   help="how long to watch CPU counters (0: no CPU figures)")
+    o.set_defaults(func=once)
+    return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    print("colocation-agent: not implemented yet", file=sys.stderr)
-    return 2
+    args = parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        print(f"colocation-agent: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
 
 
 if __name__ == "__main__":

@@ -1,0 +1,101 @@
+"""Batch allocatable (seed 003 formula), usage window, anti-churn, degrade, node status patch body."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.apiserver import load_exchange
+from webhook.core.batch_allocatable import (
+    PodLoad, UsageWindow, batch_allocatable, degraded, needs_update, published, status_patch,
+)
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
+
+GI = 2**30
+
+
+def hp(cpu: float | None, mem: float | None, cpu_req: int = 0, mem_req: int = 0) -> PodLoad:
+    return PodLoad(False, cpu, mem, cpu_req, mem_req)
+
+
+def be(cpu: float | None, mem: float | None) -> PodLoad:
+    return PodLoad(True, cpu, mem, 0, 0)
+
+
+@pytest.mark.parametrize("name,args,cpu,memory", [
+    # koordinator.md §6 worked example: 100 cores, 65% -> 65000 - system 7000 - HP 33000 = 25000 milli.
+    ("worked example", dict(alloc_cpu_milli=100000, alloc_memory=100 * GI, node_cpu_milli=40000 + 5000,
+                            node_memory=0, pods=[hp(33000, 0), be(5000, 0)], cpu_percent=65, memory_percent=65),
+     25000, 65 * GI),
+    ("clamped at 0", dict(alloc_cpu_milli=1000, alloc_memory=GI, node_cpu_milli=900, node_memory=GI,
+                          pods=[hp(900, GI)], cpu_percent=65, memory_percent=65), 0, 0),
+    ("BE usage is not subtracted", dict(alloc_cpu_milli=8000, alloc_memory=32 * GI, node_cpu_milli=4000,
+                                        node_memory=16 * GI, pods=[be(4000, 16 * GI)], cpu_percent=65,
+                                        memory_percent=65), 5200, int(32 * GI * 0.65)),
+    ("system usage = node - all pods", dict(alloc_cpu_milli=8000, alloc_memory=32 * GI, node_cpu_milli=3000,
+                                            node_memory=10 * GI, pods=[hp(1000, 4 * GI), be(1000, 2 * GI)],
+                                            cpu_percent=65, memory_percent=65),
+     5200 - 1000 - 1000, int(32 * GI * 0.65) - 4 * GI - 4 * GI),
+    ("unmeasured HP pod counts its request", dict(alloc_cpu_milli=8000, alloc_memory=32 * GI, node_cpu_milli=0,
+                                                  node_memory=0, pods=[hp(None, None, 2000, 4 * GI)],
+                                                  cpu_percent=65, memory_percent=65),
+     3200, int(32 * GI * 0.65) - 4 * GI),
+    ("memory policy request", dict(alloc_cpu_milli=8000, alloc_memory=32 * GI, node_cpu_milli=1000,
+                                   node_memory=GI, pods=[hp(1000, GI, 2000, 8 * GI)], cpu_percent=65,
+                                   memory_percent=65, memory_policy="request"),
+     4200, int(32 * GI * 0.65) - 8 * GI),
+    ("whole milli-cores and bytes, rounded down", dict(alloc_cpu_milli=1001, alloc_memory=1001, node_cpu_milli=0,
+                                                       node_memory=0, pods=[], cpu_percent=65, memory_percent=65),
+     650, 650),
+])
+def test_batch_allocatable(name: str, args: dict, cpu: int, memory: int) -> None:
+    r = batch_allocatable(**args)
+    assert (r.cpu_milli, r.memory) == (cpu, memory)
+    assert isinstance(r.cpu_milli, int) and isinstance(r.memory, int)
+
+
+def test_seed_003_units_published_as_integers() -> None:
+    # Seed 003: 50 cores -> batch-cpu 50000, 50 GB -> batch-memory 53687091200.
+    r = batch_allocatable(100000, 100 * GI, 0, 0, [], 50, 50)
+    assert r.resources() == {BATCH_CPU: 50000, BATCH_MEMORY: 53687091200}
+    assert status_patch(r.resources())["status"]["allocatable"] == {BATCH_CPU: "50000", BATCH_MEMORY: "53687091200"}
+
+
+def test_status_patch_bodies_match_recorded_requests() -> None:
+    add = load_exchange("nodes-status-patch-smp-add-batch")["request"]["body"]
+    remove = load_exchange("nodes-status-patch-smp-remove-batch-null")["request"]["body"]
+    assert status_patch({BATCH_CPU: 25000, BATCH_MEMORY: 33000000000}) == add
+    assert status_patch(None) == remove
+    node = load_exchange("nodes-status-patch-smp-add-batch")["response"]["body"]
+    assert published(node["status"]["allocatable"]) == {BATCH_CPU: 25000, BATCH_MEMORY: 33000000000}
+
+
+@pytest.mark.parametrize("name,current,wanted,last,now,expected", [
+    ("never published", {}, {BATCH_CPU: 1, BATCH_MEMORY: 1}, None, 0, True),
+    ("first update by this agent", {BATCH_CPU: 100, BATCH_MEMORY: 100}, {BATCH_CPU: 100, BATCH_MEMORY: 100}, None, 0, True),
+    ("small move: no", {BATCH_CPU: 100, BATCH_MEMORY: 100}, {BATCH_CPU: 110, BATCH_MEMORY: 91}, 0, 10, False),
+    ("> 10%: yes", {BATCH_CPU: 100, BATCH_MEMORY: 100}, {BATCH_CPU: 111, BATCH_MEMORY: 100}, 0, 10, True),
+    ("300 s passed (strictly more)", {BATCH_CPU: 100, BATCH_MEMORY: 100}, {BATCH_CPU: 100, BATCH_MEMORY: 100}, 0, 301, True),
+    ("at 300 s: not yet", {BATCH_CPU: 100, BATCH_MEMORY: 100}, {BATCH_CPU: 100, BATCH_MEMORY: 100}, 0, 300, False),
+    ("remove when present", {BATCH_CPU: 100}, None, 0, 1, True),
+    ("remove when absent", {}, None, 0, 1, False),
+])
+def test_needs_update(name: str, current: dict, wanted: dict | None, last: float | None, now: float, expected: bool) -> None:
+    assert needs_update(current, wanted, last, now, 0.1, 300) is expected
+
+
+def test_usage_window_averages_and_expires() -> None:
+    w = UsageWindow(60)
+    w.add(0, {"": (1000.0, 100), "p": (None, 10)})
+    w.add(30, {"": (3000.0, 300), "p": (500.0, 30)})
+    assert w.average("") == (2000.0, 200.0)
+    assert w.average("p") == (500.0, 20.0)
+    w.add(60, {"": (5000.0, 500)})            # the t=0 sample leaves the window
+    assert w.average("") == (4000.0, 400.0)
+    assert w.average("p") == (500.0, 30.0)
+    w.add(200, {"": (1.0, 1)})
+    assert w.average("p") == (None, None) and w.average("") == (1.0, 1.0)
+
+
+@pytest.mark.parametrize("last,now,expected", [(None, 0, True), (0, 900, False), (0, 901, True)])
+def test_degrade_after_15_minutes(last: float | None, now: float, expected: bool) -> None:
+    assert degraded(last, now, 15) is expected

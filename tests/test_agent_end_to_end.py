@@ -1,0 +1,346 @@
+"""The agent end to end: files cluster state + temporary /proc and cgroup trees, ``once`` output,
+and the API calls against the replay server serving recorded kube-apiserver responses."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent_trees import FakePod, write_cgroup_v2, write_proc
+from tests.apiserver import ReplayAPIServer, load_exchange
+from webhook.agent.actions import API_CALLS, EvictOutcome, KubeActions
+from webhook.agent.agent import Agent, AgentOptions
+from webhook.agent.collectors import Collector
+from webhook.cli import agent as cli
+from webhook.cluster.files import FilesSource
+from webhook.cluster.state import AGENT_KINDS, ClusterState
+from webhook.core.thresholds import parse_thresholds
+
+GI = 2**30
+NODE = "colo-node-1"
+NS = "colo-demo"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():  # type: ignore[no-untyped-def]
+    """The CLI installs a handler on the (captured) stderr; later tests must not log into a closed stream."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def recorded(name: str) -> Any:
+    return load_exchange(name)["response"]["body"]
+
+
+def pods_by_name() -> dict[str, dict[str, Any]]:
+    return {p["metadata"]["name"]: p for p in recorded("pods-list-field-selector-node")["items"]}
+
+
+def write_state(folder: Path, configmap: bool = True, cm_data: dict | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "node.json").write_text(json.dumps(recorded("nodes-get")))
+    pods = recorded("pods-list-field-selector-node")
+    items = [{"apiVersion": "v1", "kind": "Pod", **p} for p in pods["items"]]   # list items carry no kind
+    (folder / "pods.json").write_text(json.dumps({"apiVersion": "v1", "kind": "PodList", "items": items}))
+    if configmap:
+        cm = recorded("configmaps-get-slo-controller-config")
+        if cm_data is not None:
+            cm["data"] = cm_data
+        (folder / "configmap.json").write_text(json.dumps(cm))
+    return folder
+
+
+def write_node(tmp: Path, used: int, usage: dict[str, int]) -> tuple[Path, Path]:
+    """A 32Gi machine using ``used`` bytes, with a cgroup v2 (systemd) tree for the recorded pods."""
+    proc = write_proc(tmp / "proc", 32 * GI, 32 * GI - used)
+    uids = {n: p["metadata"]["uid"] for n, p in pods_by_name().items()}
+    qos = {"ls-web-0": "guaranteed"}
+    fakes = [FakePod(uids[n], qos.get(n, "besteffort"), u, 0, 0) for n, u in usage.items()]
+    return proc, write_cgroup_v2(tmp / "cgroup", fakes)
+
+
+USAGE = {"be-batch-0": 2 * GI, "be-batch-1": 1 * GI, "be-evict-ok": 3 * GI // 2, "be-protected": GI // 2,
+         "ls-web-0": 4 * GI}
+
+
+def run_once(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
+    rc = cli.main(["once", "--cpu-sample-seconds", "0", *argv])
+    out, err = capsys.readouterr()
+    return rc, (json.loads(out) if out.strip().startswith("{") else out), err
+
+
+def test_once_over_files_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = write_state(tmp_path / "state")
+    proc, cg = write_node(tmp_path, 24 * GI, USAGE)   # 75% of 32Gi
+    rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
+                            "--cgroup-root", str(cg))
+    assert rc == 0, err
+    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "conditions"]
+    assert out["memory"] == {"capacityBytes": 32 * GI, "usedBytes": 24 * GI, "usagePercent": 75.0}
+    assert out["releaseTargetBytes"] == 2405181686            # ceil(24Gi - 32Gi × 68%)
+    assert [(e["name"], e["priority"], e["usageBytes"], e["reason"]) for e in out["evictions"]] == [
+        ("be-batch-1", 3000, GI, "EvictPodByNodeMemoryUsage"),      # koord-free first
+        ("be-batch-0", 5000, 2 * GI, "EvictPodByNodeMemoryUsage")]  # then the biggest; 3Gi covers 2.24Gi
+    assert list(out["evictions"][0]) == ["namespace", "name", "uid", "priority", "usageBytes", "reason"]
+    assert out["evictions"][0]["uid"] == "8cafaeb2-c37d-453e-99a7-080f42a11635"
+    # cpu: 8 × 60% − ls-web-0's request (no CPU sample) = 2800; memory: floor(32Gi × 70%) − 4Gi − system 15Gi.
+    assert out["batch"] == {"kubernetes.io/batch-cpu": 2800, "kubernetes.io/batch-memory": 3650722201}
+    assert out["conditions"][0]["type"] == "BEMemoryPressure" and out["conditions"][0]["status"] == "True"
+    assert list(out["conditions"][0]) == ["type", "status", "reason", "message"]
+
+
+def test_once_without_configmap_is_off(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = write_state(tmp_path / "state", configmap=False)
+    proc, cg = write_node(tmp_path, 30 * GI, USAGE)
+    rc, out, _ = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
+                          "--cgroup-root", str(cg))
+    assert rc == 0
+    assert out["evictions"] == [] and out["releaseTargetBytes"] == 0
+    assert out["batch"] == {"kubernetes.io/batch-cpu": 0, "kubernetes.io/batch-memory": 0}
+    assert out["conditions"][0]["status"] == "False"
+
+
+def test_once_kubelet_flags_always_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    state = write_state(tmp_path / "state", configmap=False)
+    proc, cg = write_node(tmp_path, 31 * GI, USAGE)        # 1Gi available
+    monkeypatch.setenv("NODE_NAME", NODE)
+    rc, out, _ = run_once(capsys, "--cluster-state", str(state), "--proc-root", str(proc), "--cgroup-root", str(cg),
+                          "--eviction-hard", "memory.available<2Gi")
+    assert rc == 0 and out["node"] == NODE
+    assert out["releaseTargetBytes"] == GI
+    # kubelet ranking: all BE pods exceed their 0 request; priority 3000 first, then the largest.
+    assert [(e["name"], e["reason"]) for e in out["evictions"]] == [("be-batch-1", "Evicted")]
+    assert out["conditions"][0]["status"] == "True"
+
+
+def test_once_on_this_machine_runs_anywhere(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, _ = run_once(capsys, "--node-name", "here")
+    assert rc == 0 and out["evictions"] == [] and out["memory"]["capacityBytes"] > 0
+
+
+def test_once_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = write_state(tmp_path / "state")
+    proc, cg = write_node(tmp_path, 24 * GI, USAGE)
+    rc, out, _ = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
+                          "--cgroup-root", str(cg), "--output", "text")
+    assert rc == 0
+    assert "evict colo-demo/be-batch-1 (uid 8cafaeb2-c37d-453e-99a7-080f42a11635, priority 3000" in out
+    assert "condition BEMemoryPressure=True" in out
+
+
+@pytest.mark.parametrize("name,argv,error", [
+    ("bad threshold", ["--eviction-hard", "memory.available<lots"], "colocation-agent: quantities must match"),
+    ("unknown signal", ["--eviction-hard", "memory.free<1Gi"], "colocation-agent: unsupported eviction signal memory.free"),
+    ("soft without grace", ["--eviction-soft", "memory.available<1Gi"], "colocation-agent: grace period must be specified"),
+    ("bad transition", ["--eviction-pressure-transition-period", "5"], 'colocation-agent: invalid argument "5" for "--eviction-pressure-transition-period" flag: time: missing unit in duration "5"'),
+    ("unreadable proc root", ["--proc-root", "/nonexistent"], "colocation-agent: --proc-root: /nonexistent/meminfo: cannot read"),
+    ("missing state folder", ["--cluster-state", "/nonexistent"], "colocation-agent: --cluster-state: /nonexistent: cluster state folder does not exist"),
+])
+def test_bad_input_is_one_line_exit_2(name: str, argv: list[str], error: str, capsys: pytest.CaptureFixture[str]) -> None:
+    rc, out, err = run_once(capsys, "--node-name", "n", *argv)
+    assert rc == 2 and out == ""
+    assert err.startswith(error) and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_broken_state_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "broken.yaml").write_text("kind: Pod\nmetadata: {name: [\n")
+    rc, _, err = run_once(capsys, "--node-name", "n", "--cluster-state", str(tmp_path))
+    assert rc == 2 and err.startswith(f"colocation-agent: --cluster-state: {tmp_path / 'broken.yaml'}:")
+    assert err.count("\n") == 1
+
+
+def test_missing_node_name_is_exit_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NODE_NAME", raising=False)
+    rc, _, err = run_once(capsys)
+    assert rc == 2 and err == "colocation-agent: --node-name is required (or set NODE_NAME)\n"
+
+
+def test_run_without_cluster_is_exit_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    assert cli.main(["run", "--node-name", "n", "--metrics-port", "0"]) == 2
+    assert "no cluster" in capsys.readouterr().err
+
+
+# -- acting, against recorded responses ----------------------------------------------------------------
+def _api(srv: ReplayAPIServer):  # type: ignore[no-untyped-def]
+    from kubernetes import client
+
+    cfg = client.Configuration(host=srv.url)
+    return client.ApiClient(cfg)
+
+
+def _state(folder: Path) -> ClusterState:
+    state = ClusterState(AGENT_KINDS)
+    FilesSource(folder, state).load()
+    return state
+
+
+@pytest.fixture()
+def srv():  # type: ignore[no-untyped-def]
+    with ReplayAPIServer() as s:
+        yield s
+
+
+def _evict_path(name: str) -> str:
+    return f"/api/v1/namespaces/{NS}/pods/{name}/eviction"
+
+
+def test_actions_against_recorded_responses(srv: ReplayAPIServer) -> None:
+    srv.add_exchange("eviction-success")
+    srv.add_exchange("eviction-pdb-blocked-429")
+    srv.add_exchange("eviction-missing-pod-404")
+    srv.add_exchange("eviction-uid-precondition-mismatch", path=_evict_path("recreated"))
+    srv.add_json("POST", _evict_path("broken"), {"kind": "Status", "status": "Failure", "code": 500}, status=500)
+    srv.add_exchange("events-create-evictpodsuccess")
+    srv.add_exchange("nodes-status-patch-smp-add-batch")
+    actions = KubeActions(_api(srv), NODE)
+    assert actions.evict(NS, "be-evict-ok", "0106db4a-d5ba-46cf-adb1-f133c4e76d43").outcome is EvictOutcome.EVICTED
+    blocked = actions.evict(NS, "be-protected", "bbea0be5")
+    assert (blocked.outcome, blocked.code) == (EvictOutcome.BLOCKED, 429)
+    assert blocked.message == "Cannot evict pod as it would violate the pod's disruption budget."
+    assert actions.evict(NS, "does-not-exist", "x").outcome is EvictOutcome.GONE
+    assert actions.evict(NS, "recreated", "x").outcome is EvictOutcome.CONFLICT
+    assert actions.evict(NS, "broken", "x").outcome is EvictOutcome.FAILED
+    assert actions.event({"kind": "Pod", "apiVersion": "v1", "namespace": NS, "name": "be-evict-ok", "uid": "u"},
+                         "evictPodSuccess", "m")
+    assert actions.patch_node_status({"status": {"allocatable": {"kubernetes.io/batch-cpu": "25000"}}})
+    sent = srv.requests_to("POST", _evict_path("be-evict-ok"))[0]
+    assert sent.body == {"apiVersion": "policy/v1", "kind": "Eviction",
+                         "metadata": {"name": "be-evict-ok", "namespace": NS},
+                         "deleteOptions": {"preconditions": {"uid": "0106db4a-d5ba-46cf-adb1-f133c4e76d43"}}}
+    patch = srv.requests_to("PATCH", f"/api/v1/nodes/{NODE}/status")[0]
+    assert patch.headers["Content-Type"] == "application/strategic-merge-patch+json"
+
+
+def test_api_calls_declared() -> None:
+    assert set(API_CALLS) == {("", "pods/eviction", "create"), ("", "events", "create"), ("", "nodes/status", "patch")}
+
+
+def _acting_agent(tmp_path: Path, srv: ReplayAPIServer, usage: dict[str, int], used: int = 24 * GI,
+                  **options: Any) -> Agent:
+    state = _state(write_state(tmp_path / "state"))
+    proc, cg = write_node(tmp_path, used, usage)
+    return Agent(AgentOptions(NODE, **options), Collector(proc, cg), state, KubeActions(_api(srv), NODE))
+
+
+def _routes_for_acting(srv: ReplayAPIServer, protected_status: str = "eviction-pdb-blocked-429") -> None:
+    srv.add_exchange("eviction-success")
+    if protected_status.startswith("eviction"):
+        srv.add_exchange(protected_status)
+    else:
+        srv.add_json("POST", _evict_path("be-protected"), {"kind": "Status", "code": 500}, status=500)
+    srv.add_exchange("events-create-evictpodsuccess")
+    srv.add_exchange("nodes-status-patch-smp-add-batch")
+
+
+@pytest.mark.parametrize("refusal", ["eviction-pdb-blocked-429", "500"])
+def test_refused_eviction_moves_on_and_nothing_beyond_need(tmp_path: Path, srv: ReplayAPIServer, refusal: str) -> None:
+    _routes_for_acting(srv, refusal)
+    # be-batch-1 (priority 3000) has no cgroup: no usage, never a candidate.
+    usage = {"be-protected": 3 * GI, "be-evict-ok": 5 * GI // 2, "be-batch-0": GI // 10, "ls-web-0": 8 * GI}
+    agent = _acting_agent(tmp_path, srv, usage)
+    out = agent.cycle(now=100.0)
+    assert [e["name"] for e in out["evictions"]] == ["be-evict-ok"]
+    posts = [r.path for r in srv.received if r.path.endswith("/eviction")]
+    assert posts == [_evict_path("be-protected"), _evict_path("be-evict-ok")]     # biggest first, then next
+    (event,) = srv.requests_to("POST", f"/api/v1/namespaces/{NS}/events")
+    assert event.body["reason"] == "evictPodSuccess" and event.body["type"] == "Warning"
+    assert event.body["message"] == ("evict Pod:be-evict-ok, reason: EvictPodByNodeMemoryUsage, message: "
+                                     "killAndEvictBEPods for node(colo-node-1), need to release memory: 2405181686")
+    assert event.body["involvedObject"]["uid"] == "0106db4a-d5ba-46cf-adb1-f133c4e76d43"
+    patches = [r.body for r in srv.requests_to("PATCH", f"/api/v1/nodes/{NODE}/status")]
+    assert any("allocatable" in p["status"] for p in patches)
+    assert any(c["type"] == "BEMemoryPressure" and c["status"] == "True"
+               for p in patches for c in p["status"].get("conditions", []))
+    # Within the 4 s cooldown nothing more; after it, be-evict-ok still counts as releasing.
+    agent.cycle(now=101.0)
+    agent.cycle(now=105.0)
+    assert len([r for r in srv.received if r.path.endswith("/eviction")]) == 2
+    assert not srv.requests_to("POST", _evict_path("ls-web-0"))
+
+
+def test_dry_run_acts_on_nothing(tmp_path: Path, srv: ReplayAPIServer) -> None:
+    usage = {"be-evict-ok": 5 * GI // 2, "ls-web-0": 8 * GI}
+    agent = _acting_agent(tmp_path, srv, usage, dry_run=True)
+    out = agent.cycle(now=0.0)
+    assert [e["name"] for e in out["evictions"]] == ["be-evict-ok"]
+    assert srv.received == []
+
+
+def test_invalid_config_reported_once_with_event(tmp_path: Path, srv: ReplayAPIServer) -> None:
+    srv.add_json("POST", "/api/v1/namespaces/koordinator-system/events", {"kind": "Event"}, status=201)
+    srv.add_exchange("nodes-status-patch-smp-add-batch")
+    state = _state(write_state(tmp_path / "state", cm_data={"colocation-config": "{not json"}))
+    proc, cg = write_node(tmp_path, 8 * GI, {})
+    agent = Agent(AgentOptions(NODE), Collector(proc, cg), state, KubeActions(_api(srv), NODE))
+    for t in range(3):
+        agent.cycle(now=float(t))
+    (event,) = srv.requests_to("POST", "/api/v1/namespaces/koordinator-system/events")
+    assert event.body["involvedObject"]["kind"] == "ConfigMap"
+    assert event.body["message"].startswith("colocation-config: invalid JSON")
+
+
+def test_kubelet_threshold_event_is_evicted(tmp_path: Path, srv: ReplayAPIServer) -> None:
+    srv.add_exchange("eviction-success")
+    srv.add_exchange("events-create-evictpodsuccess")
+    srv.add_exchange("nodes-status-patch-smp-add-batch")
+    state = _state(write_state(tmp_path / "state", configmap=False))
+    proc, cg = write_node(tmp_path, 31 * GI, {"be-evict-ok": 2 * GI})
+    agent = Agent(AgentOptions(NODE, parse_thresholds(hard="memory.available<1536Mi")), Collector(proc, cg), state,
+                  KubeActions(_api(srv), NODE))
+    assert [e["reason"] for e in agent.cycle(now=0.0)["evictions"]] == ["Evicted"]
+    (event,) = srv.requests_to("POST", f"/api/v1/namespaces/{NS}/events")
+    assert event.body["reason"] == "Evicted"
+    assert event.body["message"] == "The node was low on resource: memory. Threshold quantity: 1536Mi, available: 1Gi. "
+
+
+def test_node_measure_failure_is_not_fatal(tmp_path: Path) -> None:
+    proc, cg = write_node(tmp_path, 24 * GI, USAGE)
+    agent = Agent(AgentOptions(NODE), Collector(proc, cg))
+    (proc / "meminfo").write_text("MemTotal: 1")
+    out = agent.cycle(now=0.0)
+    assert out["memory"] is None and out["evictions"] == []
+
+
+def test_run_dry_run_logs_decisions_and_stops_on_sigterm(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    state = write_state(tmp_path / "state")
+    proc, cg = write_node(tmp_path, 24 * GI, USAGE)
+    repo = Path(__file__).resolve().parents[1]
+    p = subprocess.Popen([sys.executable, "-m", "webhook.cli.agent", "run", "--node-name", NODE, "--cluster-state",
+                          str(state), "--proc-root", str(proc), "--cgroup-root", str(cg), "--dry-run",
+                          "--interval", "100ms", "--metrics-port", "0"],
+                         stderr=subprocess.PIPE, text=True, cwd=repo,
+                         env={**os.environ, "PYTHONPATH": str(repo)})
+    import threading
+
+    lines: list[str] = []
+    assert p.stderr is not None
+    reader = threading.Thread(target=lambda: lines.extend(iter(p.stderr.readline, "")), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any("would set node condition" in ln for ln in lines):
+        if p.poll() is not None:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=10)
+    reader.join(timeout=5)
+    text = "".join(lines)
+    assert "dry-run: would evict colo-demo/be-batch-1" in text
+    assert "dry-run: would patch node colo-node-1 status" in text
+    assert p.returncode == 0 and "Traceback" not in text

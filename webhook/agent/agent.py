@@ -1,0 +1,298 @@
+"""The node agent's cycle: measure, decide (webhook.core), act (or log, in dry runs).
+
+Everything that decides is in ``webhook.core``; this module only wires samples, cluster objects and
+configuration into those functions and hands the outcome to ``KubeActions``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from webhook.agent.actions import EvictOutcome, KubeActions
+from webhook.agent.collectors import CollectError, Collector, Sample
+from webhook.agent.metrics import AgentMetrics
+from webhook.cluster.state import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
+from webhook.core import batch_allocatable as batchcalc
+from webhook.core.eviction import (
+    EVENT_REASON_SUCCESS, EVICT_BY_NODE_MEMORY_USAGE, EvictionMemory, Victim, build_tasks, candidates,
+    select_victims,
+)
+from webhook.core.qos import is_be
+from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
+from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
+from webhook.core.slo_config import ConfigTracker
+from webhook.core.thresholds import (
+    DEFAULT_PRESSURE_TRANSITION_PERIOD, MEMORY_AVAILABLE, EngineState, Observation, Threshold, evaluate,
+    watermark_threshold,
+)
+
+log = logging.getLogger("colocation-agent")
+
+PRESSURE_CONDITION = "BEMemoryPressure"
+PRESSURE_REASON, NO_PRESSURE_REASON = "BEMemoryThresholdMet", "BEMemoryThresholdNotMet"
+
+
+@dataclass
+class AgentOptions:
+    node_name: str
+    thresholds: list[Threshold] = field(default_factory=list)   # from the --eviction-* flags
+    transition_period: float = DEFAULT_PRESSURE_TRANSITION_PERIOD
+    config_map: tuple[str, str] = (SLO_CONFIG_NAMESPACE, SLO_CONFIG_NAME)
+    dry_run: bool = False
+
+
+def _quantity(raw: Any) -> Any:
+    try:
+        return parse_quantity(raw) if raw is not None else None
+    except QuantityError:
+        return None
+
+
+def _wall() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Agent:
+    """One node's agent. ``cycle()`` returns the decision document that ``once`` prints."""
+
+    def __init__(self, options: AgentOptions, collector: Collector, state: ClusterState | None = None,
+                 actions: KubeActions | None = None, metrics: AgentMetrics | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.options = options
+        self.node_name = options.node_name
+        self.collector = collector
+        self.state = state
+        self.actions = actions
+        self.metrics = metrics or AgentMetrics()
+        self.clock = clock
+        self.config = ConfigTracker()
+        self.engine = EngineState()
+        self.memory = EvictionMemory()
+        self.window = batchcalc.UsageWindow(60)
+        self.last_batch_update: float | None = None
+        self.last_condition: str | None = None
+        self._last_collect_error: str | None = None
+        self._request_cache: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {}
+
+    # -- inputs -----------------------------------------------------------------------------------
+    def _cluster(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]], dict[str, Any] | None]:
+        if self.state is None:
+            return None, [], None
+        ns, name = self.options.config_map
+        return (self.state.node(self.node_name), self.state.pods_on_node(self.node_name),
+                self.state.config_map(ns, name))
+
+    def _config(self, cm: dict[str, Any] | None) -> None:
+        problem = self.config.update((cm or {}).get("data") if cm is not None else None)
+        if problem is None:
+            return
+        self.metrics.config_errors.inc()
+        log.error("slo-controller-config: %s", problem)
+        if cm is not None and self._acting():
+            meta = cm.get("metadata") or {}
+            self.actions.event({"kind": "ConfigMap", "apiVersion": "v1", "namespace": meta.get("namespace"),  # type: ignore[union-attr]
+                                "name": meta.get("name"), "uid": meta.get("uid")},
+                               "ColocationCfgInvalid", problem)
+
+    def _acting(self) -> bool:
+        return self.actions is not None and not self.options.dry_run
+
+    # -- the cycle --------------------------------------------------------------------------------
+    def cycle(self, now: float | None = None) -> dict[str, Any]:
+        started = time.perf_counter()
+        now = self.clock() if now is None else now
+        node, pods, cm = self._cluster()
+        self._config(cm)
+        labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+        colocation, watermark = self.config.config.for_node(labels)
+        try:
+            sample: Sample | None = self.collector.collect(now)
+            self._last_collect_error = None
+        except CollectError as exc:
+            sample = None
+            if str(exc) != self._last_collect_error:
+                log.error("cannot measure the node, no eviction this cycle: %s", exc)
+                self._last_collect_error = str(exc)
+        status = (node or {}).get("status") or {}
+        out: dict[str, Any] = {"node": self.node_name, "memory": None, "releaseTargetBytes": 0, "evictions": [],
+                               "batch": {name: 0 for name in BATCH_RESOURCES}, "conditions": []}
+        pressure = False
+        if sample is not None:
+            pressure = self._memory(now, sample, pods, status, watermark, out)
+        out["batch"] = self._batch(now, sample, node, pods, status, colocation)
+        out["conditions"] = [self._condition(node, pressure)]
+        self.metrics.cycle.observe(time.perf_counter() - started)
+        return out
+
+    def _memory(self, now: float, sample: Sample, pods: list[dict[str, Any]], status: dict[str, Any],
+                watermark: Any, out: dict[str, Any]) -> bool:
+        cap_q = _quantity((status.get("capacity") or {}).get(MEMORY))
+        capacity = int_value(cap_q) if cap_q is not None and cap_q > 0 else sample.mem_total
+        used = sample.mem_used
+        obs = {MEMORY_AVAILABLE: Observation(capacity - used, capacity)}
+        out["memory"] = {"capacityBytes": capacity, "usedBytes": used,
+                         "usagePercent": round(used * 100 / capacity, 2) if capacity else 0.0}
+        self.metrics.memory_ratio.labels(self.node_name).set(used / capacity if capacity else 0.0)
+        thresholds = list(self.options.thresholds)
+        if watermark.enable:
+            thresholds.insert(0, watermark_threshold(watermark.memoryEvictThresholdPercent,
+                                                     watermark.memoryEvictLowerPercent))
+        result = evaluate(thresholds, obs, self.engine, now, self.options.transition_period)
+        self.engine = result.state
+        tasks = []
+        if result.acting:  # candidates are only worth ranking when a threshold acts
+            usage = {uid: p.memory for uid, p in sample.pods.items()}
+            tasks = build_tasks(result.acting, obs, candidates(pods, usage), self.node_name)
+        out["releaseTargetBytes"] = max((t.need for t in tasks), default=0)
+        if tasks and not self.memory.in_cooldown(now):
+            victims, self.memory = select_victims(tasks, self.memory, now, self._try_evict)
+            out["evictions"] = [{"namespace": v.candidate.namespace, "name": v.candidate.name,
+                                 "uid": v.candidate.uid, "priority": v.candidate.priority,
+                                 "usageBytes": v.candidate.usage, "reason": v.reason} for v in victims]
+        elif tasks:
+            log.debug("memory eviction in cooldown until %.1f", (self.memory.last_evict_time or 0) + 4)
+        return result.pressure
+
+    def _try_evict(self, v: Victim) -> bool:
+        c = v.candidate
+        if self.options.dry_run:
+            log.info("dry-run: would evict %s/%s (uid %s, priority %s, usage %d bytes), reason %s, need %d: %s",
+                     c.namespace, c.name, c.uid, c.priority, c.usage, v.reason, v.need, v.message)
+            return True
+        if self.actions is None:
+            return True  # planning only (``once``)
+        result = self.actions.evict(c.namespace, c.name, c.uid)
+        if result.outcome is not EvictOutcome.EVICTED:
+            log.warning("eviction of %s/%s %s (%s): %s", c.namespace, c.name, result.outcome.value,
+                        result.code, result.message)
+            self.metrics.eviction_failures.labels(v.reason, result.outcome.value).inc()
+            return False
+        log.info("evicted %s/%s (usage %d bytes), reason %s, need %d", c.namespace, c.name, c.usage,
+                 v.reason, v.need)
+        self.metrics.evictions.labels(v.reason).inc()
+        involved = {"kind": "Pod", "apiVersion": "v1", "namespace": c.namespace, "name": c.name, "uid": c.uid}
+        reason = EVENT_REASON_SUCCESS if v.reason == EVICT_BY_NODE_MEMORY_USAGE else v.reason
+        self.actions.event(involved, reason, v.message)
+        return True
+
+    def _batch(self, now: float, sample: Sample | None, node: dict[str, Any] | None, pods: list[dict[str, Any]],
+               status: dict[str, Any], colo: Any) -> dict[str, int]:
+        self.window.seconds = colo.metricAggregateDurationSeconds
+        if sample is not None:
+            values: dict[str, tuple[float | None, int | None]] = {"": (sample.node_cpu_milli, sample.mem_used)}
+            for uid, p in sample.pods.items():
+                values[uid] = (p.cpu_milli, p.memory)
+            self.window.add(now, values)
+        else:
+            self.window.expire(now)
+        wanted: dict[str, int] | None = None
+        zero = {name: 0 for name in BATCH_RESOURCES}
+        if not colo.enable:
+            result = zero
+        elif batchcalc.degraded(self.window.last_time, now, colo.degradeTimeMinutes):
+            log.warning("usage data older than %d minutes: withdrawing batch resources", colo.degradeTimeMinutes)
+            result = zero
+        else:
+            wanted = self._compute_batch(sample, status, pods, colo).resources()
+            result = wanted
+        for name, value in result.items():
+            self.metrics.allocatable.labels(name, self.node_name).set(value)
+        self._publish(now, node, status, wanted, colo)
+        return result
+
+    def _compute_batch(self, sample: Sample | None, status: dict[str, Any], pods: list[dict[str, Any]],
+                       colo: Any) -> batchcalc.BatchResult:
+        alloc = status.get("allocatable") or {}
+        cpu_q, mem_q = _quantity(alloc.get(CPU)), _quantity(alloc.get(MEMORY))
+        # Without a node object (``once`` on this machine), the machine is the node.
+        alloc_cpu = milli_value(cpu_q) if cpu_q is not None else (sample.num_cpus * 1000 if sample else 0)
+        alloc_mem = int_value(mem_q) if mem_q is not None else (sample.mem_total if sample else 0)
+        node_cpu, node_mem = self.window.average("")
+        loads = []
+        for pod in pods:
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            uid = (pod.get("metadata") or {}).get("uid") or ""
+            cpu, mem = self.window.average(uid)
+            loads.append(batchcalc.PodLoad(is_be(pod), cpu, mem, *self._requests(uid, pod)))
+        if len(self._request_cache) > 2 * len(pods) + 16:  # forget pods that left the node
+            current = {(p.get("metadata") or {}).get("uid") for p in pods}
+            self._request_cache = {u: v for u, v in self._request_cache.items() if u in current}
+        result = batchcalc.batch_allocatable(alloc_cpu, alloc_mem, node_cpu or 0.0, node_mem or 0.0, loads,
+                                             colo.cpuReclaimThresholdPercent, colo.memoryReclaimThresholdPercent,
+                                             colo.memoryCalculatePolicy)
+        for line in result.explain:
+            log.debug("%s", line)
+        return result
+
+    def _requests(self, uid: str, pod: dict[str, Any]) -> tuple[int, int]:
+        """(cpu milli, memory bytes) requests, memoised per pod object (sources replace whole dicts)."""
+        hit = self._request_cache.get(uid)
+        if hit is not None and hit[0] is pod:
+            return hit[1]
+        req = pod_requests(pod)
+        value = (milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0)
+        self._request_cache[uid] = (pod, value)
+        return value
+
+    def _publish(self, now: float, node: dict[str, Any] | None, status: dict[str, Any],
+                 wanted: dict[str, int] | None, colo: Any) -> None:
+        if node is None or (self.actions is None and not self.options.dry_run):
+            return
+        current = batchcalc.published(status.get("allocatable"))
+        if not batchcalc.needs_update(current, wanted, self.last_batch_update, now, colo.resourceDiffThreshold,
+                                      colo.updateTimeThresholdSeconds):
+            return
+        body = batchcalc.status_patch(wanted)
+        if self.options.dry_run:
+            log.info("dry-run: would patch node %s status with %s", self.node_name, body)
+            self.last_batch_update = now
+        elif self.actions is not None and self.actions.patch_node_status(body):
+            log.info("published batch resources on %s: %s", self.node_name, wanted or "removed")
+            self.last_batch_update = now
+
+    def _condition(self, node: dict[str, Any] | None, pressure: bool) -> dict[str, str]:
+        self.metrics.pressure.labels(self.node_name).set(1 if pressure else 0)
+        if pressure:
+            observed = [t.describe() for t in self.engine.first_observed]
+            message = ("memory threshold met: " + ", ".join(observed) if observed else
+                       f"memory threshold met within the last {self.options.transition_period:g}s transition period")
+            cond = {"type": PRESSURE_CONDITION, "status": "True", "reason": PRESSURE_REASON, "message": message}
+        else:
+            cond = {"type": PRESSURE_CONDITION, "status": "False", "reason": NO_PRESSURE_REASON,
+                    "message": "no memory threshold met"}
+        if node is not None and (self.actions is not None or self.options.dry_run):
+            self._patch_condition(node, cond)
+        return cond
+
+    def _patch_condition(self, node: dict[str, Any], cond: dict[str, str]) -> None:
+        on_node = next((c for c in ((node.get("status") or {}).get("conditions") or [])
+                        if c.get("type") == PRESSURE_CONDITION), None)
+        known = self.last_condition if self.last_condition is not None else (on_node or {}).get("status")
+        if known == cond["status"]:
+            return
+        stamp = _wall()
+        body = {"status": {"conditions": [{**cond, "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}}
+        if self.options.dry_run:
+            log.info("dry-run: would set node condition %s=%s (%s)", PRESSURE_CONDITION, cond["status"],
+                     cond["message"])
+            self.last_condition = cond["status"]
+        elif self.actions is not None and self.actions.patch_node_status(body):
+            self.last_condition = cond["status"]
+
+
+def run_loop(agent: Agent, interval: float, stop: threading.Event) -> None:
+    """Cycle every ``interval`` seconds until ``stop``; a failing cycle is logged, never fatal."""
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            agent.cycle()
+        except Exception:  # a bug in one cycle must not take the node's protection down
+            log.exception("agent cycle failed")
+        stop.wait(max(0.0, interval - (time.monotonic() - started)))

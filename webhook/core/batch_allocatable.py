@@ -1,0 +1,167 @@
+"""Batch allocatable (seed 003): what BE pods may use, published as kubernetes.io/batch-cpu/-memory.
+
+    batch = allocatable × reclaimThresholdPercent/100 − Σ usage(non-BE pods) − system usage
+
+clamped at 0, with system usage = max(node used − Σ pod usage, 0) and usage averaged over
+metricAggregateDurationSeconds; memory policy ``request`` counts the non-BE pods' requests instead
+of their usage (README deviation 1). Exact arithmetic; results are rounded down to whole milli-cores
+and whole bytes, so the agent never publishes more than the formula allows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+
+from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_RESOURCES
+
+
+@dataclass(frozen=True, slots=True)
+class PodLoad:
+    """One pod's averaged usage (None when never measured) and its requests."""
+
+    be: bool
+    cpu_milli: float | None
+    memory: float | None
+    cpu_request_milli: int
+    memory_request: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    cpu_milli: int
+    memory: int
+    explain: tuple[str, str]
+
+    def resources(self) -> dict[str, int]:
+        return {BATCH_CPU: self.cpu_milli, BATCH_MEMORY: self.memory}
+
+
+def _one(label: str, allocatable: int, percent: int, hp: Fraction, system: Fraction) -> tuple[int, str]:
+    reserved = Fraction(allocatable * percent, 100)
+    value = max(0, math.floor(reserved - hp - system))
+    return value, (f"batchAllocatable[{label}]:{value} = nodeAllocatable:{allocatable} × {percent}% "
+                   f"- podHPUsed:{float(hp):.0f} - systemUsage:{float(system):.0f}")
+
+
+def batch_allocatable(alloc_cpu_milli: int, alloc_memory: int, node_cpu_milli: float, node_memory: float,
+                      pods: Iterable[PodLoad], cpu_percent: int, memory_percent: int,
+                      memory_policy: str = "usage") -> BatchResult:
+    """The seed-003 formula for one node; a non-BE pod never measured counts its request."""
+    # Plain float/int sums on the hot path; exact arithmetic for the formula itself (``_one``).
+    pod_cpu = pod_mem = 0.0
+    hp_cpu = hp_mem = 0.0
+    hp_mem_request = 0
+    hp_mem_max = 0.0
+    for p in pods:
+        if p.cpu_milli is not None:
+            pod_cpu += p.cpu_milli
+        if p.memory is not None:
+            pod_mem += p.memory
+        if p.be:
+            continue
+        mem = p.memory if p.memory is not None else p.memory_request
+        hp_cpu += p.cpu_milli if p.cpu_milli is not None else p.cpu_request_milli
+        hp_mem += mem
+        hp_mem_request += p.memory_request
+        hp_mem_max += max(mem, p.memory_request)
+    system_cpu = max(Fraction(node_cpu_milli) - Fraction(pod_cpu), Fraction(0))
+    system_mem = max(Fraction(node_memory) - Fraction(pod_mem), Fraction(0))
+    hp_memory = {"request": hp_mem_request, "maxUsageRequest": hp_mem_max}.get(memory_policy, hp_mem)
+    cpu, cpu_text = _one("CPU(Milli-Core)", alloc_cpu_milli, cpu_percent, Fraction(hp_cpu), system_cpu)
+    mem, mem_text = _one("Memory(Byte)", alloc_memory, memory_percent, Fraction(hp_memory), system_mem)
+    return BatchResult(cpu, mem, (cpu_text, mem_text))
+
+
+class UsageWindow:
+    """Averages of node and per-pod usage over the last ``seconds`` (running sums, O(pods) per sample).
+
+    Values are kept as integers (micro-cores, bytes) so adding and expiring samples never drifts.
+    """
+
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self._samples: deque[tuple[float, dict[str, tuple[int | None, int | None]]]] = deque()
+        self._sums: dict[str, list[int]] = {}   # key -> [cpu sum, cpu count, mem sum, mem count]
+        self.last_time: float | None = None
+
+    def add(self, now: float, values: Mapping[str, tuple[float | None, int | None]]) -> None:
+        """``values``: key ("" for the node, else a pod uid) -> (milli-cores or None, bytes or None)."""
+        sample = {k: (None if c is None else round(c * 1000), m) for k, (c, m) in values.items()}
+        self._samples.append((now, sample))
+        self._apply(sample, 1)
+        self.last_time = now
+        self.expire(now)
+
+    def expire(self, now: float) -> None:
+        while self._samples and now - self._samples[0][0] >= self.seconds and len(self._samples) > 1:
+            self._apply(self._samples.popleft()[1], -1)
+
+    def _apply(self, sample: Mapping[str, tuple[int | None, int | None]], sign: int) -> None:
+        sums = self._sums
+        for key, (cpu, mem) in sample.items():
+            acc = sums.get(key)
+            if acc is None:
+                acc = sums[key] = [0, 0, 0, 0]
+            if cpu is not None:
+                acc[0] += sign * cpu
+                acc[1] += sign
+            if mem is not None:
+                acc[2] += sign * mem
+                acc[3] += sign
+            if sign < 0 and acc[1] == 0 and acc[3] == 0:
+                del sums[key]
+
+    def average(self, key: str) -> tuple[float | None, float | None]:
+        """(milli-cores, bytes) averaged over the samples that measured them; None when none did."""
+        acc = self._sums.get(key)
+        if acc is None:
+            return None, None
+        cpu = acc[0] / acc[1] / 1000 if acc[1] else None
+        mem = acc[2] / acc[3] if acc[3] else None
+        return cpu, mem
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+
+def published(status: Mapping[str, object] | None) -> dict[str, int]:
+    """Batch values currently on the node (``status.allocatable``), as whole numbers."""
+    out: dict[str, int] = {}
+    for name in BATCH_RESOURCES:
+        raw = (status or {}).get(name)
+        if raw is None:
+            continue
+        try:
+            out[name] = math.ceil(parse_quantity(raw))
+        except QuantityError:
+            continue
+    return out
+
+
+def needs_update(current: Mapping[str, int], wanted: Mapping[str, int] | None, last_update: float | None,
+                 now: float, diff_threshold: float, update_seconds: float) -> bool:
+    """Koordinator's anti-churn (``isNodeResourceSyncNeeded``); ``wanted`` None means remove them."""
+    if wanted is None:
+        return any(name in current for name in BATCH_RESOURCES)
+    if any(name not in current for name in wanted):
+        return True
+    if last_update is None or now - last_update > update_seconds:
+        return True
+    return any(abs(new - current[name]) > current[name] * diff_threshold for name, new in wanted.items())
+
+
+def status_patch(wanted: Mapping[str, int] | None) -> dict[str, object]:
+    """Strategic-merge patch body for ``nodes/status``: set both maps, or null the keys to remove them."""
+    values: dict[str, object] = ({name: None for name in BATCH_RESOURCES} if wanted is None
+                                 else {name: str(v) for name, v in wanted.items()})
+    return {"status": {"capacity": dict(values), "allocatable": dict(values)}}
+
+
+def degraded(last_sample: float | None, now: float, degrade_minutes: float) -> bool:
+    """Usage data too old (or none at all): batch resources must be withdrawn."""
+    return last_sample is None or now - last_sample > degrade_minutes * 60
