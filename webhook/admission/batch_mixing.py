@@ -1,6 +1,6 @@
 """No mixing: a pod asks either for batch resources or for native cpu/memory, never both.
 
-Containers, init containers and ``spec.overhead`` all count (``core.batch.mixing_error``). As the
+Containers, init containers and ``spec.overhead`` all count (``core.batch_validation.mixing_error``). As the
 first validating rule it also answers 400 for a pod whose outline is malformed, so the rules after
 it can trust the shape.
 """

@@ -20,12 +20,6 @@ API_CALLS: list[tuple[str, str, str]] = [
     ("", "events", "create"),
     ("", "nodes/status", "patch"),
 ]
-# What the agent reads (through the live source): for the deployment's RBAC as well.
-API_READS: list[tuple[str, str, str]] = [
-    ("", "pods", "list"), ("", "pods", "watch"),
-    ("", "nodes", "get"), ("", "nodes", "list"), ("", "nodes", "watch"),
-    ("", "configmaps", "get"), ("", "configmaps", "list"), ("", "configmaps", "watch"),
-]
 COMPONENT = "colocation-agent"
 SMP = "application/strategic-merge-patch+json"
 
