@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# The op keeps its own copy of a map or list, so later in-place changes to the document (a later
+# rule editing a container this op added) cannot rewrite an op already recorded.
+from webhook.core.strategic_merge import clone as _snapshot
+
 Path = tuple[str | int, ...]
 _MISSING = object()
 
@@ -54,7 +58,7 @@ class PatchBuilder:
                     nested = {q: nested}
                 op = "replace" if isinstance(cur, dict) and p in cur else "add"
                 cur[p] = nested
-                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": nested})
+                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": _snapshot(nested)})
                 return True
             cur = nxt
         last = path[-1]
@@ -68,7 +72,7 @@ class PatchBuilder:
         else:
             op = "replace"
         cur[last] = value
-        self.ops.append({"op": op, "path": pointer(path), "value": value})
+        self.ops.append({"op": op, "path": pointer(path), "value": _snapshot(value)})
         return True
 
     def remove(self, path: Path) -> bool:
@@ -86,6 +90,8 @@ class PatchBuilder:
         """Make ``path`` equal to ``new`` with the fewest explicit ops (maps merged key by key,
         lists of equal length element by element, anything else replaced whole)."""
         old = _get(self.doc, path)
+        if old is new:  # shared, untouched subtree of a copy-on-write result
+            return
         if old is _MISSING:
             self.set(path, new)
             return
