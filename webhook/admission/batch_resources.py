@@ -67,7 +67,17 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
         return
     where = []
     for path, new, _done in changes:
-        ctx.patch.update(path, new)
+        old = ctx.patch.get(path)
+        if path[-1] == "overhead":
+            _sync(ctx, path, old, new)
+        else:
+            for kind in ("requests", "limits"):
+                if kind not in new:
+                    continue
+                if isinstance(old.get(kind), dict):
+                    _sync(ctx, path + (kind,), old[kind], new[kind])
+                else:
+                    ctx.patch.set(path + (kind,), new[kind])
         where.append(_where(spec, path))
     cpu_name, mem_name = targets
     summary = f"cpu/memory -> {cpu_name}/{mem_name.rsplit('/', 1)[-1]} ({band} {priority}) in {', '.join(where)}"
@@ -76,6 +86,15 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
                       f"place(s) ({band} priority {priority})")
     for path, _new, done in changes:
         ctx.note(NAME, f"{_where(spec, path)}: converted {', '.join(done)}")
+
+
+def _sync(ctx, path: tuple, old: dict, new: dict) -> None:  # type: ignore[no-untyped-def, type-arg]
+    """Explicit ops turning one ResourceList into its converted form: remove native, add extended."""
+    for name in [n for n in old if n not in new]:
+        ctx.patch.remove(path + (name,))
+    for name, value in new.items():
+        if old.get(name) != value:
+            ctx.patch.set(path + (name,), value)
 
 
 def _where(spec: dict, path: tuple) -> str:  # type: ignore[type-arg]

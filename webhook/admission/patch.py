@@ -7,6 +7,7 @@ library (slow, and it emits surprising ``move`` ops), missing parent maps added,
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 # The op keeps its own copy of a map or list, so later in-place changes to the document (a later
@@ -17,6 +18,7 @@ Path = tuple[str | int, ...]
 _MISSING = object()
 
 
+@lru_cache(maxsize=8192)  # rules write the same few paths on every request
 def pointer(path: Path) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
@@ -49,6 +51,23 @@ class PatchBuilder:
     def set(self, path: Path, value: Any) -> bool:
         """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
         cur: Any = self.doc
+        try:  # fast path: every parent exists and the target's parent is a map
+            for p in path[:-1]:
+                cur = cur[p]
+        except (KeyError, IndexError, TypeError):
+            cur = None
+        if type(cur) is dict:
+            last = path[-1]
+            if last in cur:
+                if cur[last] == value and type(cur[last]) is type(value):
+                    return False
+                op = "replace"
+            else:
+                op = "add"
+            cur[last] = value
+            self.ops.append({"op": op, "path": pointer(path), "value": _snapshot(value)})
+            return True
+        cur = self.doc
         for i, p in enumerate(path[:-1]):
             nxt = cur.get(p) if isinstance(cur, dict) else (cur[p] if isinstance(cur, list) else None)
             if not isinstance(nxt, (dict, list)):
@@ -64,7 +83,7 @@ class PatchBuilder:
         last = path[-1]
         if isinstance(cur, dict):
             if last in cur:
-                if cur[last] == value:
+                if cur[last] == value and type(cur[last]) is type(value):
                     return False
                 op = "replace"
             else:
@@ -89,24 +108,36 @@ class PatchBuilder:
     def update(self, path: Path, new: Any) -> None:
         """Make ``path`` equal to ``new`` with the fewest explicit ops (maps merged key by key,
         lists of equal length element by element, anything else replaced whole)."""
-        old = _get(self.doc, path)
-        if old is new:  # shared, untouched subtree of a copy-on-write result
-            return
-        if old is _MISSING:
+        parent = _get(self.doc, path[:-1])
+        last = path[-1]
+        if isinstance(parent, dict) and last in parent or (
+                isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
+            self._merge_into(parent, last, path, new)
+        else:
             self.set(path, new)
+
+    def _merge_into(self, parent: Any, key: str | int, path: Path, new: Any) -> None:
+        old = parent[key]
+        if old is new:  # shared, untouched subtree of a copy-on-write result
             return
         if isinstance(old, dict) and isinstance(new, dict):
             for k in [k for k in old if k not in new]:
-                self.remove(path + (k,))
+                del old[k]
+                self.ops.append({"op": "remove", "path": pointer(path + (k,))})
             for k, v in new.items():
-                self.update(path + (k,), v)
+                if k in old:
+                    self._merge_into(old, k, path + (k,), v)
+                else:
+                    old[k] = v
+                    self.ops.append({"op": "add", "path": pointer(path + (k,)), "value": _snapshot(v)})
             return
         if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
             for i, v in enumerate(new):
-                self.update(path + (i,), v)
+                self._merge_into(old, i, path + (i,), v)
             return
         if old != new or type(old) is not type(new):
-            self.set(path, new)
+            parent[key] = new
+            self.ops.append({"op": "replace", "path": pointer(path), "value": _snapshot(new)})
 
 
 def _unescape(token: str) -> str:

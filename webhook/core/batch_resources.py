@@ -9,6 +9,7 @@ resources; the native keys go. The node agent reuses ``to_milli_cores``/``to_byt
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -47,6 +48,19 @@ def to_bytes(q: Decimal) -> int:
     return int_value(q)
 
 
+@lru_cache(maxsize=4096)
+def _converted(raw: Any, cpu: bool) -> str:
+    """The whole milli-cores (cpu) or bytes (memory) of a raw quantity, as a string (QuantityError)."""
+    q = parse_quantity(raw)
+    return str(to_milli_cores(q) if cpu else to_bytes(q))
+
+
+@lru_cache(maxsize=4096)
+def canonical(raw: Any) -> str:
+    """A quantity in the apiserver's canonical DecimalSI form ("1000" -> "1k"); QuantityError."""
+    return format_decimal_si(parse_quantity(raw))
+
+
 def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
     """A ResourceList with cpu/memory renamed and re-expressed; also the native keys converted.
 
@@ -58,14 +72,10 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[
     for name, raw in values.items():
         if name in (CPU, MEMORY):
             try:
-                q = parse_quantity(raw)
-            except QuantityError:
+                out[cpu_name if name == CPU else mem_name] = _converted(raw, name == CPU)
+            except (QuantityError, TypeError):  # TypeError: an unhashable (list/map) value
                 out[name] = raw
                 continue
-            if name == CPU:
-                out[cpu_name] = str(to_milli_cores(q))
-            else:
-                out[mem_name] = str(to_bytes(q))
             done.append(name)
         elif name not in out:
             out[name] = raw
@@ -126,8 +136,8 @@ def extended_resource_spec(spec: dict[str, Any]) -> dict[str, Any]:
             for name in _SPEC_RESOURCES:
                 if name in values:
                     try:
-                        picked[name] = format_decimal_si(parse_quantity(values[name]))
-                    except QuantityError:
+                        picked[name] = canonical(values[name])
+                    except (QuantityError, TypeError):
                         continue
             if picked:
                 entry[kind] = picked
@@ -166,8 +176,8 @@ def parse_extended_resource_spec(text: Any) -> dict[str, Any] | None:
             if not isinstance(values, dict):
                 return None
             try:
-                norm[kind] = {k: format_decimal_si(parse_quantity(v)) for k, v in values.items()}
-            except QuantityError:
+                norm[kind] = {k: canonical(v) for k, v in values.items()}
+            except (QuantityError, TypeError):
                 return None
         if norm:
             out[name] = norm
