@@ -116,7 +116,9 @@ def _run(rules: tuple[Any, ...], method: str, request: AdmissionRequest, state: 
             if explain is not None:
                 explain.append(f"[{rule.NAME}] denied: {verdict.message}")
             return verdict
-    decision.patch = ctx.patch.ops
+    # Ops of different rules can cancel out (a profile's patch adds cpu, batch-resources removes
+    # it); a patch that leaves the object as it was is no patch, so a reinvocation stays a no-op.
+    decision.patch = ctx.patch.ops if not (mutate and ctx.patch.ops and pod == obj) else []
     return decision
 
 
