@@ -14,7 +14,7 @@ from webhook.core.batch_resources import (
     convert_pod,
     encode_extended_resource_spec,
     extended_resource_spec,
-    parse_extended_resource_spec,
+    same_extended_resource_spec,
     targets_for,
 )
 from webhook.core.priority import band_of
@@ -109,9 +109,8 @@ def _write_spec_annotation(ctx) -> None:  # type: ignore[no-untyped-def]
     spec = ctx.pod.get("spec") or {}
     wanted = extended_resource_spec(spec)
     annotations = (ctx.pod.get("metadata") or {}).get("annotations") or {}
-    current = annotations.get(EXTENDED_RESOURCE_SPEC)
     # Written only when the content changes (Koordinator compares the parsed values).
-    if (parse_extended_resource_spec(current) if current is not None else {}) == wanted:
+    if same_extended_resource_spec(annotations.get(EXTENDED_RESOURCE_SPEC), wanted):
         return
     text = encode_extended_resource_spec(wanted)
     ctx.patch.set(("metadata", "annotations", EXTENDED_RESOURCE_SPEC), text)

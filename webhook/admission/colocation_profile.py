@@ -11,8 +11,16 @@ from typing import Any
 
 from webhook.admission.response import Decision, forbidden
 from webhook.admission.review import AdmissionRequest
+from webhook.core.profiles import (
+    ApplyError,
+    ProfileSet,
+    explain_match,
+    format_labels,
+    pod_labels,
+    probability_draw,
+    resolve,
+)
 from webhook.core.qos import QOS_LABEL
-from webhook.core.profiles import ApplyError, ProfileSet, explain_match, pod_labels, probability_draw, resolve
 
 NAME = "colocation-profile"
 FACT_MATCHED = "profiles"                      # list[str]: names of the applied profiles
@@ -115,7 +123,7 @@ def _summary(ops: list[dict[str, Any]]) -> str:
 def _explain(ctx: Any, pset: ProfileSet, ns: str, ns_labels: Any, draw: int, identity: str) -> None:
     labels = pod_labels(ctx.pod)
     ctx.note(NAME, f"pod {ns}/{identity or '<no name>'}: probability draw {draw} (of 0..99); "
-                   f"namespace labels {'unknown' if ns_labels is None else dict(ns_labels)}")
+                   f"namespace labels {'unknown' if ns_labels is None else format_labels(ns_labels)}")
     for p in pset.profiles:
         matched, why = explain_match(p, ns, ns_labels, labels, draw)
         ctx.note(NAME, f"profile {p.name}: {'MATCH' if matched else 'no match'}: {why}")

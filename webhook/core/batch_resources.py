@@ -15,7 +15,14 @@ from typing import Any
 import orjson
 
 from webhook.core.priority import KOORD_BATCH, KOORD_MID, band_of
-from webhook.core.quantity import QuantityError, format_decimal_si, int_value, milli_value, parse_quantity
+from webhook.core.quantity import (
+    QuantityError,
+    format_binary_si,
+    format_decimal_si,
+    int_value,
+    milli_value,
+    parse_quantity,
+)
 from webhook.core.resources import (
     BATCH_CPU,
     BATCH_MEMORY,
@@ -29,6 +36,7 @@ from webhook.core.resources import (
 EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
 TARGETS: dict[str, tuple[str, str]] = {KOORD_BATCH: (BATCH_CPU, BATCH_MEMORY), KOORD_MID: (MID_CPU, MID_MEMORY)}
 _SPEC_RESOURCES = (BATCH_CPU, BATCH_MEMORY)  # what the annotation carries (Koordinator: batch only)
+_BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
 def targets_for(priority: Any) -> tuple[str, str] | None:
@@ -57,8 +65,12 @@ def _converted(raw: Any, cpu: bool) -> str:
 
 @lru_cache(maxsize=4096)
 def canonical(raw: Any) -> str:
-    """A quantity in the apiserver's canonical DecimalSI form ("1000" -> "1k"); QuantityError."""
-    return format_decimal_si(parse_quantity(raw))
+    """A quantity as Go prints it after parsing: "1000" -> "1k", "1024Mi" -> "1Gi" (a binary suffix
+    keeps the binary form, whole values only, which is all Kubernetes stores); QuantityError."""
+    q = parse_quantity(raw)
+    if isinstance(raw, str) and raw[-2:] in _BINARY_SUFFIXES and q == q.to_integral_value():
+        return format_binary_si(int(q))
+    return format_decimal_si(q)
 
 
 def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
@@ -151,8 +163,15 @@ def encode_extended_resource_spec(value: dict[str, Any]) -> str:
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
+def same_extended_resource_spec(text: Any, wanted: dict[str, Any]) -> bool:
+    """Whether the annotation ``text`` (None: absent) already says ``wanted``, comparing quantities
+    by value as Koordinator compares the parsed specs."""
+    current = parse_extended_resource_spec(text) if text is not None else {}
+    return current is not None and current == parse_extended_resource_spec(encode_extended_resource_spec(wanted))
+
+
 def parse_extended_resource_spec(text: Any) -> dict[str, Any] | None:
-    """The annotation's value with quantities normalised, or None when it is not valid."""
+    """The annotation's value with quantities parsed (Decimal), or None when it is not valid."""
     if not isinstance(text, str):
         return None
     try:
@@ -176,7 +195,7 @@ def parse_extended_resource_spec(text: Any) -> dict[str, Any] | None:
             if not isinstance(values, dict):
                 return None
             try:
-                norm[kind] = {k: canonical(v) for k, v in values.items()}
+                norm[kind] = {k: parse_quantity(v) for k, v in values.items()}
             except (QuantityError, TypeError):
                 return None
         if norm:

@@ -18,7 +18,7 @@ from typing import Any
 
 from webhook.core.priority import SUB_PRIORITY_LABEL, preemption_policy_of
 from webhook.core.qos import KOORD_QOS_CLASSES, QOS_LABEL
-from webhook.core.selectors import CompiledSelector, SelectorError, compile_selector
+from webhook.core.selectors import CompiledSelector, SelectorError, compile_selector, describe_selector
 from webhook.core.strategic_merge import StrategicMergeError, clone, merge
 
 SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
@@ -363,8 +363,6 @@ def resolve(view: NamespaceProfiles, pod: dict[str, Any], draw: int,
 def explain_match(p: Profile, namespace: str, ns_labels: Mapping[str, str] | None,
                   labels: Mapping[str, str], draw: int) -> tuple[bool, str]:
     """Whether ``p`` matches, and why, in words (for ``review --explain``)."""
-    from webhook.core.selectors import describe_selector
-
     spec = p.spec
     if p.error is not None:
         return False, f"ignored, the profile is invalid: {p.error}"
@@ -373,10 +371,10 @@ def explain_match(p: Profile, namespace: str, ns_labels: Mapping[str, str] | Non
     ns_sel = spec.get("namespaceSelector")
     if p.ns_selector is not None and not p.ns_selector.matches(ns_labels):
         return False, (f"namespaceSelector {describe_selector(ns_sel)} does not match namespace {namespace} "
-                       f"labels {_fmt(ns_labels)}")
+                       f"labels {format_labels(ns_labels)}")
     sel = spec.get("selector")
     if p.selector is not None and not p.selector.matches(labels):
-        return False, f"selector {describe_selector(sel)} does not match pod labels {_fmt(labels)}"
+        return False, f"selector {describe_selector(sel)} does not match pod labels {format_labels(labels)}"
     why = (f"namespaceSelector {describe_selector(ns_sel)} matches {namespace}; "
            f"selector {describe_selector(sel)} matches")
     if draw >= p.percent:
@@ -384,5 +382,5 @@ def explain_match(p: Profile, namespace: str, ns_labels: Mapping[str, str] | Non
     return True, f"{why}; probability {p.percent}%" + (f" (draw {draw})" if p.percent < 100 else "")
 
 
-def _fmt(labels: Mapping[str, str]) -> str:
+def format_labels(labels: Mapping[str, str]) -> str:
     return "{" + ", ".join(f"{k}={v}" for k, v in labels.items()) + "}"
