@@ -433,3 +433,17 @@ def test_profile_class_change_passes_the_reinvoked_priority_plugin() -> None:
     assert resolve_priority(out["spec"], state.priority_class, None).error is None
     stored = case["stored_object_or_null"]["spec"]
     assert (stored["priorityClassName"], stored["priority"]) == (out["spec"]["priorityClassName"], out["spec"]["priority"])
+
+
+def test_patch_ops_keep_their_own_copy_of_values() -> None:
+    from webhook.admission.patch import PatchBuilder
+
+    doc: dict = {"spec": {}}
+    pb = PatchBuilder(doc)
+    container = {"name": "a", "resources": {"requests": {"cpu": "1"}}}
+    pb.set(("spec", "containers"), [container])
+    pb.remove(("spec", "containers", 0, "resources", "requests", "cpu"))
+    assert pb.ops[0]["value"] == [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]
+    assert pb.set(("metadata", "labels", "a"), "1") and pb.ops[-1] == {
+        "op": "add", "path": "/metadata", "value": {"labels": {"a": "1"}}}
+    assert not pb.set(("metadata", "labels", "a"), "1")

@@ -51,48 +51,42 @@ class PatchBuilder:
     def set(self, path: Path, value: Any) -> bool:
         """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
         cur: Any = self.doc
-        try:  # fast path: every parent exists and the target's parent is a map
+        try:  # fast path: every parent exists
             for p in path[:-1]:
                 cur = cur[p]
         except (KeyError, IndexError, TypeError):
             cur = None
-        if type(cur) is dict:
-            last = path[-1]
-            if last in cur:
-                if cur[last] == value and type(cur[last]) is type(value):
-                    return False
-                op = "replace"
-            else:
-                op = "add"
-            cur[last] = value
-            self.ops.append({"op": op, "path": pointer(path), "value": _snapshot(value)})
-            return True
-        cur = self.doc
+        if not isinstance(cur, (dict, list)):
+            cur = self._parents(path, value)
+            if cur is None:
+                return True
+        last = path[-1]
+        if isinstance(cur, dict) and last not in cur:
+            op = "add"
+        elif isinstance(cur, dict) and cur[last] == value and type(cur[last]) is type(value):
+            return False
+        else:
+            op = "replace"
+        cur[last] = value
+        self.ops.append({"op": op, "path": pointer(path), "value": _snapshot(value)})
+        return True
+
+    def _parents(self, path: Path, value: Any) -> Any:
+        """The parent of ``path``; when one is missing, write the rest of the path as one value
+        instead (an "add" below a missing parent fails upstream) and return None."""
+        cur: Any = self.doc
         for i, p in enumerate(path[:-1]):
             nxt = cur.get(p) if isinstance(cur, dict) else (cur[p] if isinstance(cur, list) else None)
             if not isinstance(nxt, (dict, list)):
-                # Build the rest of the path as one value: "add" to a missing parent fails upstream.
                 nested: Any = value
                 for q in reversed(path[i + 1:]):
                     nested = {q: nested}
                 op = "replace" if isinstance(cur, dict) and p in cur else "add"
                 cur[p] = nested
                 self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": _snapshot(nested)})
-                return True
+                return None
             cur = nxt
-        last = path[-1]
-        if isinstance(cur, dict):
-            if last in cur:
-                if cur[last] == value and type(cur[last]) is type(value):
-                    return False
-                op = "replace"
-            else:
-                op = "add"
-        else:
-            op = "replace"
-        cur[last] = value
-        self.ops.append({"op": op, "path": pointer(path), "value": _snapshot(value)})
-        return True
+        return cur
 
     def remove(self, path: Path) -> bool:
         parent = _get(self.doc, path[:-1])
