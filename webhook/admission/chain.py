@@ -118,8 +118,16 @@ def _run(rules: tuple[Any, ...], method: str, request: AdmissionRequest, state: 
             return verdict
     # Ops of different rules can cancel out (a profile's patch adds cpu, batch-resources removes
     # it); a patch that leaves the object as it was is no patch, so a reinvocation stays a no-op.
-    decision.patch = ctx.patch.ops if not (mutate and ctx.patch.ops and pod == obj) else []
+    ops = ctx.patch.ops
+    decision.patch = [] if mutate and ops and _may_cancel(ops) and pod == obj else ops
     return decision
+
+
+def _may_cancel(ops: list[dict[str, Any]]) -> bool:
+    """Whether some op touches a path another op touched (the only way ops can cancel out).
+    In sorted order a path is followed by the paths it is a prefix of, so neighbours suffice."""
+    paths = sorted(op["path"] for op in ops)
+    return any(b.startswith(a) for a, b in zip(paths, paths[1:]))
 
 
 def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,

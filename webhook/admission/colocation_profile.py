@@ -91,7 +91,8 @@ def _apply(ctx: Any, new: dict[str, Any]) -> None:
     for key in [k for k in old if k not in new]:
         ctx.patch.remove((key,))
     for key, value in new.items():
-        ctx.patch.update((key,), value)
+        if old.get(key) is not value:
+            ctx.patch.update((key,), value)
 
 
 def _short(names: list[str], pod: dict[str, Any]) -> str:

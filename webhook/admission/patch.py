@@ -25,15 +25,13 @@ def pointer(path: Path) -> str:
 
 def _get(doc: Any, path: Path) -> Any:
     cur = doc
-    for p in path:
-        if isinstance(cur, dict):
-            if p not in cur:
+    try:
+        for p in path:
+            if type(cur) is str or (type(p) is int and p < 0):  # no indexing into strings or from the end
                 return _MISSING
             cur = cur[p]
-        elif isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur):
-            cur = cur[p]
-        else:
-            return _MISSING
+    except (KeyError, IndexError, TypeError):
+        return _MISSING
     return cur
 
 
@@ -120,7 +118,8 @@ class PatchBuilder:
                 self.ops.append({"op": "remove", "path": pointer(path + (k,))})
             for k, v in new.items():
                 if k in old:
-                    self._merge_into(old, k, path + (k,), v)
+                    if old[k] is not v:
+                        self._merge_into(old, k, path + (k,), v)
                 else:
                     old[k] = v
                     self.ops.append({"op": "add", "path": pointer(path + (k,)), "value": _snapshot(v)})
