@@ -142,3 +142,19 @@ def test_extended_resource_spec_round_trip() -> None:
     assert same_extended_resource_spec(None, {}) and not same_extended_resource_spec("{}", extended_resource_spec(spec))
     assert parse_extended_resource_spec("not json") is None
     assert extended_resource_spec({"containers": []}) == {}
+
+
+def test_indexed_selection_agrees_with_plain_matching() -> None:
+    from webhook.core.profiles import ProfileSet
+
+    selectors = [None, {"matchLabels": {"a": "1"}}, {"matchLabels": {"a": "1", "b": "2"}},
+                 {"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "3"]}]},
+                 {"matchExpressions": [{"key": "b", "operator": "Exists"}, {"key": "a", "operator": "NotIn",
+                                                                            "values": ["1"]}]},
+                 {"matchExpressions": [{"key": "c", "operator": "DoesNotExist"}]},
+                 {"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["3"]}]}]
+    objs = [{"metadata": {"name": f"p{i}"}, "spec": {"selector": s}} for i, s in enumerate(selectors)]
+    view = ProfileSet(objs).for_namespace("ns", {})
+    for labels in ({}, {"a": "1"}, {"a": "3", "b": "2"}, {"a": "1", "b": "2", "c": ""}, {"b": "x"}):
+        expected = [i for i, s in enumerate(selectors) if matches(s, labels)]
+        assert view.select(labels, 0) == expected, labels

@@ -93,6 +93,12 @@ class Profile:
     patch: dict[str, Any] | None = None
 
     @property
+    def constant(self) -> bool:
+        """Only sets fixed values (no mapping, suffix or patch): applying it twice equals once."""
+        return not (self.label_keys_mapping or self.annotation_keys_mapping or self.label_suffixes
+                    or self.patch is not None)
+
+    @property
     def spec(self) -> dict[str, Any]:
         spec = self.obj.get("spec")
         return spec if isinstance(spec, dict) else {}
@@ -234,8 +240,8 @@ def pod_labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
 class NamespaceProfiles:
     """The profiles whose namespaceSelector matches one namespace, indexed for fast pod matching.
 
-    Index: profiles with an empty selector always pass; the others are found through their first
-    ``matchLabels`` pair, or checked one by one when they only have expressions. ``by_key`` lists
+    Index: profiles with an empty selector always pass; the others are found through one condition
+    every matching pod meets, or checked one by one when they have none (only NotIn/DoesNotExist). ``by_key`` lists
     the profiles each label key can affect, so a re-match after a label change is incremental.
     """
 
@@ -246,14 +252,24 @@ class NamespaceProfiles:
         self._always: list[int] = []
         self._by_pair: dict[tuple[str, str], list[int]] = {}
         self._scan: list[int] = []
+        self._by_key_present: dict[str, list[int]] = {}
         self.by_key: dict[str, list[int]] = {}
         for i in candidates:
             sel = profiles[i].selector
             if sel is None:
                 self._always.append(i)
                 continue
+            # Index under one condition the pod must meet: a matchLabels pair, else each value of
+            # an In expression (a pod has one value per key, so at most one hit), else an Exists key.
+            required_in = next((e for e in sel.expressions if e[0] == "In"), None)
+            required_key = next((e[1] for e in sel.expressions if e[0] == "Exists"), None)
             if sel.match_labels:
                 self._by_pair.setdefault(sel.match_labels[0], []).append(i)
+            elif required_in is not None:
+                for value in required_in[2]:
+                    self._by_pair.setdefault((required_in[1], value), []).append(i)
+            elif required_key is not None:
+                self._by_key_present.setdefault(required_key, []).append(i)
             else:
                 self._scan.append(i)
             for k in sel.keys:
@@ -267,6 +283,12 @@ class NamespaceProfiles:
         if by_pair:
             for pair in labels.items():
                 for i in by_pair.get(pair, ()):
+                    p = profiles[i]
+                    if draw < p.percent and p.selector.matches(labels):  # type: ignore[union-attr]
+                        hits.append(i)
+        if self._by_key_present:
+            for key in labels:
+                for i in self._by_key_present.get(key, ()):
                     p = profiles[i]
                     if draw < p.percent and p.selector.matches(labels):  # type: ignore[union-attr]
                         hits.append(i)
@@ -354,7 +376,12 @@ def resolve(view: NamespaceProfiles, pod: dict[str, Any], draw: int,
         if new == cur:
             return Resolution(cur, [p for p in chosen if p.name not in failed], n, True, list(failed.values()))
         new_labels = pod_labels(new)
+        previous = idx
         idx = view.reselect(idx, new_labels, changed_label_keys(labels, new_labels), draw)
+        if idx == previous and not failed and all(p.constant for p in chosen):
+            # Same profiles, each writing fixed values: the last writer of every field is the same
+            # again, so ``new`` is already the fixed point (saves the confirming pass).
+            return Resolution(new, chosen, n, True, [])
         cur, labels = new, new_labels
     return Resolution(cur, [profiles[i] for i in idx if profiles[i].name not in failed], max_passes, False,
                       list(failed.values()))
