@@ -119,8 +119,18 @@ def _run(rules: tuple[Any, ...], method: str, request: AdmissionRequest, state: 
             if explain is not None:
                 explain.append(f"[{rule.NAME}] denied: {verdict.message}")
             return verdict
-    decision.patch = ctx.patch.ops
+    # Ops of different rules can cancel out (a profile's patch adds cpu, batch-resources removes
+    # it); a patch that leaves the object as it was is no patch, so a reinvocation stays a no-op.
+    ops = ctx.patch.ops
+    decision.patch = [] if mutate and ops and _may_cancel(ops) and pod == obj else ops
     return decision
+
+
+def _may_cancel(ops: list[dict[str, Any]]) -> bool:
+    """Whether some op touches a path another op touched (the only way ops can cancel out).
+    In sorted order a path is followed by the paths it is a prefix of, so neighbours suffice."""
+    paths = sorted(op["path"] for op in ops)
+    return any(b.startswith(a) for a, b in zip(paths, paths[1:]))
 
 
 def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,

@@ -1,16 +1,130 @@
-"""Placeholder: filled in by the admission rules issue."""
+"""ClusterColocationProfiles (koordinator.md §2.3-2.4), failing closed (reference README §4).
+
+Every profile whose namespaceSelector, selector and probability match applies in name order, later
+ones winning; the result is re-matched until it no longer changes, so our own output comes back
+from a reinvocation unchanged. What matched goes to ``ctx.facts`` for the batch-resources rule.
+"""
 
 from __future__ import annotations
 
-from webhook.admission.response import Decision
-from webhook.admission.review import AdmissionRequest
+from typing import Any
 
-NAME = "colocation_profile".replace("_", "-")
+from webhook.admission.response import Decision, forbidden
+from webhook.admission.review import AdmissionRequest
+from webhook.core.profiles import (
+    ApplyError,
+    ProfileSet,
+    explain_match,
+    format_labels,
+    pod_labels,
+    probability_draw,
+    resolve,
+)
+from webhook.core.qos import QOS_LABEL
+
+NAME = "colocation-profile"
+FACT_MATCHED = "profiles"                      # list[str]: names of the applied profiles
+FACT_SKIP_RESOURCES = "skip_update_resources"  # bool: a matched profile turns batch conversion off
 
 
 def handles(request: AdmissionRequest) -> bool:
-    return False
+    return request.is_pod and request.operation == "CREATE"
+
+
+def profile_set(state: Any) -> ProfileSet:
+    """The compiled profiles of the state's current generation (rebuilt after any change)."""
+    return state.derived("colocation_profiles", lambda: ProfileSet(state.colocation_profiles()))
 
 
 def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
+    ctx.facts[FACT_MATCHED] = []
+    ctx.facts[FACT_SKIP_RESOURCES] = False
+    pset = profile_set(ctx.state)
+    if not pset.profiles:
+        ctx.note(NAME, "no ClusterColocationProfile in the cluster state")
+        return None
+    ns = ctx.namespace
+    ns_labels = ctx.state.namespace_labels(ns)
+    meta = ctx.pod.get("metadata") if isinstance(ctx.pod.get("metadata"), dict) else {}
+    identity = meta.get("name") or ctx.request.name or meta.get("generateName") or ""
+    draw = probability_draw(ns, identity)
+    if ctx.explain is not None:
+        _explain(ctx, pset, ns, ns_labels, draw, identity)
+    if ns_labels is None:
+        ctx.decision.warn(f"namespace {ns} is not in the webhook's cluster state; no colocation profile applied")
+        return None
+    view = pset.for_namespace(ns, ns_labels)
+    for p in view.broken:
+        ctx.decision.warn(f"colocation profile {p.name} ignored: {p.error}")
+    try:
+        res = resolve(view, ctx.pod, draw, ctx.state.priority_class)
+    except ApplyError as exc:
+        ctx.note(NAME, f"denied: {exc.message}")
+        return forbidden(ctx.pod_name, exc.message, rule=NAME)
+    for p, why in res.failed:
+        ctx.decision.warn(f"colocation profile {p.name} not applied: {why}")
+        ctx.note(NAME, f"profile {p.name} not applied: {why}")
+    if not res.settled:
+        ctx.decision.warn(f"colocation profiles did not settle after {res.passes} passes (they undo each other); "
+                          "check their selectors")
+    names = [p.name for p in res.matched]
+    ctx.facts[FACT_MATCHED] = names
+    ctx.facts[FACT_SKIP_RESOURCES] = any(p.skip_update_resources for p in res.matched)
+    if res.pod is ctx.pod:
+        if names:
+            ctx.note(NAME, f"matched {', '.join(names)}: the pod already carries what they set")
+        return None
+    before = len(ctx.patch.ops)
+    _apply(ctx, res.pod)
+    if len(ctx.patch.ops) == before:
+        return None
+    changed = _summary(ctx.patch.ops[before:])
+    ctx.decision.audit_annotations[NAME] = f"applied {', '.join(names)}: {changed}"
+    ctx.decision.warn(_short(names, res.pod))
+    ctx.note(NAME, f"applied {', '.join(names)} in {res.passes} pass(es): {changed}")
     return None
+
+
+def _apply(ctx: Any, new: dict[str, Any]) -> None:
+    """Make the working pod equal to ``new`` with explicit ops (untouched subtrees are shared)."""
+    old = ctx.pod
+    for key in [k for k in old if k not in new]:
+        ctx.patch.remove((key,))
+    for key, value in new.items():
+        if old.get(key) is not value:
+            ctx.patch.update((key,), value)
+
+
+def _short(names: list[str], pod: dict[str, Any]) -> str:
+    """The user-facing warning: which profiles, and the QoS and priority class they leave."""
+    text = f"colocation profile {', '.join(names)} applied"
+    qos = pod_labels(pod).get(QOS_LABEL)
+    pc = (pod.get("spec") or {}).get("priorityClassName")
+    extra = [x for x in (f"QoS {qos}" if qos else "", f"priorityClassName {pc}" if pc else "") if x]
+    return text + (": " + ", ".join(extra) if extra else "")
+
+
+def _summary(ops: list[dict[str, Any]]) -> str:
+    paths = []
+    for op in ops:
+        path = op["path"].replace("~1", "/").replace("~0", "~")
+        for prefix in ("/metadata/labels/", "/metadata/annotations/", "/spec/", "/metadata/"):
+            if path.startswith(prefix):
+                path = path[len(prefix):]
+                break
+        if op["op"] == "remove":
+            path = "-" + path
+        elif not isinstance(op.get("value"), (dict, list)):
+            path = f"{path}={op['value']}"
+        if path not in paths:
+            paths.append(path)
+    return ", ".join(paths)
+
+
+def _explain(ctx: Any, pset: ProfileSet, ns: str, ns_labels: Any, draw: int, identity: str) -> None:
+    labels = pod_labels(ctx.pod)
+    ctx.note(NAME, f"pod {ns}/{identity or '<no name>'}: probability draw {draw} (of 0..99); "
+                   f"namespace labels {'unknown' if ns_labels is None else format_labels(ns_labels)}")
+    for p in pset.profiles:
+        matched, why = explain_match(p, ns, ns_labels, labels, draw)
+        ctx.note(NAME, f"profile {p.name}: {'MATCH' if matched else 'no match'}: {why}")

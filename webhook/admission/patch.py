@@ -7,27 +7,31 @@ library (slow, and it emits surprising ``move`` ops), missing parent maps added,
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
+
+# The op keeps its own copy of a map or list, so later in-place changes to the document (a later
+# rule editing a container this op added) cannot rewrite an op already recorded.
+from webhook.core.strategic_merge import clone as _snapshot
 
 Path = tuple[str | int, ...]
 _MISSING = object()
 
 
+@lru_cache(maxsize=8192)  # rules write the same few paths on every request
 def pointer(path: Path) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
 def _get(doc: Any, path: Path) -> Any:
     cur = doc
-    for p in path:
-        if isinstance(cur, dict):
-            if p not in cur:
+    try:
+        for p in path:
+            if type(cur) is str or (type(p) is int and p < 0):  # no indexing into strings or from the end
                 return _MISSING
             cur = cur[p]
-        elif isinstance(cur, list) and isinstance(p, int) and 0 <= p < len(cur):
-            cur = cur[p]
-        else:
-            return _MISSING
+    except (KeyError, IndexError, TypeError):
+        return _MISSING
     return cur
 
 
@@ -45,31 +49,42 @@ class PatchBuilder:
     def set(self, path: Path, value: Any) -> bool:
         """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
         cur: Any = self.doc
+        try:  # fast path: every parent exists
+            for p in path[:-1]:
+                cur = cur[p]
+        except (KeyError, IndexError, TypeError):
+            cur = None
+        if not isinstance(cur, (dict, list)):
+            cur = self._parents(path, value)
+            if cur is None:
+                return True
+        last = path[-1]
+        if isinstance(cur, dict) and last not in cur:
+            op = "add"
+        elif isinstance(cur, dict) and cur[last] == value and type(cur[last]) is type(value):
+            return False
+        else:
+            op = "replace"
+        cur[last] = value
+        self.ops.append({"op": op, "path": pointer(path), "value": _snapshot(value)})
+        return True
+
+    def _parents(self, path: Path, value: Any) -> Any:
+        """The parent of ``path``; when one is missing, write the rest of the path as one value
+        instead (an "add" below a missing parent fails upstream) and return None."""
+        cur: Any = self.doc
         for i, p in enumerate(path[:-1]):
             nxt = cur.get(p) if isinstance(cur, dict) else (cur[p] if isinstance(cur, list) else None)
             if not isinstance(nxt, (dict, list)):
-                # Build the rest of the path as one value: "add" to a missing parent fails upstream.
                 nested: Any = value
                 for q in reversed(path[i + 1:]):
                     nested = {q: nested}
                 op = "replace" if isinstance(cur, dict) and p in cur else "add"
                 cur[p] = nested
-                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": nested})
-                return True
+                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": _snapshot(nested)})
+                return None
             cur = nxt
-        last = path[-1]
-        if isinstance(cur, dict):
-            if last in cur:
-                if cur[last] == value:
-                    return False
-                op = "replace"
-            else:
-                op = "add"
-        else:
-            op = "replace"
-        cur[last] = value
-        self.ops.append({"op": op, "path": pointer(path), "value": value})
-        return True
+        return cur
 
     def remove(self, path: Path) -> bool:
         parent = _get(self.doc, path[:-1])
@@ -85,22 +100,37 @@ class PatchBuilder:
     def update(self, path: Path, new: Any) -> None:
         """Make ``path`` equal to ``new`` with the fewest explicit ops (maps merged key by key,
         lists of equal length element by element, anything else replaced whole)."""
-        old = _get(self.doc, path)
-        if old is _MISSING:
+        parent = _get(self.doc, path[:-1])
+        last = path[-1]
+        if isinstance(parent, dict) and last in parent or (
+                isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
+            self._merge_into(parent, last, path, new)
+        else:
             self.set(path, new)
+
+    def _merge_into(self, parent: Any, key: str | int, path: Path, new: Any) -> None:
+        old = parent[key]
+        if old is new:  # shared, untouched subtree of a copy-on-write result
             return
         if isinstance(old, dict) and isinstance(new, dict):
             for k in [k for k in old if k not in new]:
-                self.remove(path + (k,))
+                del old[k]
+                self.ops.append({"op": "remove", "path": pointer(path + (k,))})
             for k, v in new.items():
-                self.update(path + (k,), v)
+                if k in old:
+                    if old[k] is not v:
+                        self._merge_into(old, k, path + (k,), v)
+                else:
+                    old[k] = v
+                    self.ops.append({"op": "add", "path": pointer(path + (k,)), "value": _snapshot(v)})
             return
         if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
             for i, v in enumerate(new):
-                self.update(path + (i,), v)
+                self._merge_into(old, i, path + (i,), v)
             return
         if old != new or type(old) is not type(new):
-            self.set(path, new)
+            parent[key] = new
+            self.ops.append({"op": "replace", "path": pointer(path), "value": _snapshot(new)})
 
 
 def _unescape(token: str) -> str:

@@ -6,7 +6,7 @@ globalDefault class (its name written into the pod); a mismatch is denied with u
 
 from __future__ import annotations
 
-from webhook.admission.response import Decision, denied
+from webhook.admission.response import Decision, denied, forbidden
 from webhook.admission.review import AdmissionRequest
 from webhook.core.priority import resolve_priority
 
@@ -25,7 +25,7 @@ def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
     res = resolve_priority(spec, state.priority_class, state.default_priority_class())
     if res.error:
         ctx.note(NAME, f"denied: {res.error}")
-        return denied(res.error, rule=NAME)
+        return forbidden(ctx.pod_name, res.error, rule=NAME)
     changed = False
     if res.class_name and spec.get("priorityClassName") != res.class_name:
         changed |= ctx.patch.set(("spec", "priorityClassName"), res.class_name)

@@ -38,6 +38,11 @@ def denied(message: str, rule: str = "", code: int = 403, reason: str = "Forbidd
     return Decision(allowed=False, code=code, reason=reason, message=message, rule=rule)
 
 
+def forbidden(name: str, message: str, rule: str = "", resource: str = "pods") -> Decision:
+    """403 in the in-tree plugins' wording (admission.NewForbidden): ``pods "<name>" is forbidden: ...``."""
+    return denied(f'{resource} "{name}" is forbidden: {message}', rule=rule)
+
+
 def errored(code: int, message: str, rule: str = "") -> Decision:
     reason = {400: "BadRequest", 500: "InternalError"}.get(code, "")
     return Decision(allowed=False, code=code, reason=reason, message=message, rule=rule)

@@ -144,6 +144,10 @@ class ClusterState:
             derived[key] = build()
         return derived[key]
 
+    def derived(self, key: str, build):  # type: ignore[no-untyped-def]
+        """A value computed from the current objects, rebuilt after any change (rules' caches)."""
+        return self._cached(key, build)
+
     def priority_class(self, name: str) -> dict[str, Any] | None:
         pc = self._objects.get("PriorityClass", {}).get(("", name))
         if pc is None:

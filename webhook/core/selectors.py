@@ -78,3 +78,66 @@ def expression_matches(op: str, key: str, values: list[str], labels: Mapping[str
     if op == "DoesNotExist":
         return key not in labels
     raise SelectorError(f"operator {op!r} is not supported")
+
+
+class CompiledSelector:
+    """A validated selector turned into tuples, for matching many pods against one selector.
+
+    ``keys`` are the label keys the selector reads, so a caller can tell which selectors a
+    label change can affect.
+    """
+
+    __slots__ = ("match_labels", "expressions", "keys")
+
+    def __init__(self, match_labels: tuple[tuple[str, str], ...],
+                 expressions: tuple[tuple[str, str, frozenset[str]], ...]) -> None:
+        self.match_labels = match_labels
+        self.expressions = expressions
+        self.keys = frozenset(k for k, _ in match_labels) | frozenset(k for _, k, _ in expressions)
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for k, v in self.match_labels:
+            if labels.get(k) != v:
+                return False
+        for op, key, values in self.expressions:
+            if op == "In":
+                if labels.get(key) not in values:
+                    return False
+            elif op == "NotIn":
+                if key in labels and labels[key] in values:
+                    return False
+            elif op == "Exists":
+                if key not in labels:
+                    return False
+            elif key in labels:  # DoesNotExist
+                return False
+        return True
+
+
+def compile_selector(selector: Any, where: str = "selector") -> CompiledSelector | None:
+    """Validate once and compile; None means "selects everything". Raises SelectorError."""
+    validate_selector(selector, where)
+    if selector_is_empty(selector):
+        return None
+    labels = tuple((k, v) for k, v in (selector.get("matchLabels") or {}).items())
+    exprs = tuple((e["operator"], e["key"], frozenset(e.get("values") or ()))
+                  for e in selector.get("matchExpressions") or [])
+    return CompiledSelector(labels, exprs)
+
+
+def describe_selector(selector: Any) -> str:
+    """A kubectl-style one-line rendering: ``app=web,tier in (a,b),!x``."""
+    if not isinstance(selector, Mapping) and selector is not None:
+        return repr(selector)
+    if selector_is_empty(selector):
+        return "<everything>"
+    labels = selector.get("matchLabels") or {}
+    parts = [f"{k}={v}" for k, v in labels.items()] if isinstance(labels, Mapping) else [repr(labels)]
+    for e in selector.get("matchExpressions") or []:
+        if not isinstance(e, Mapping):
+            parts.append(repr(e))
+            continue
+        op, key, values = e.get("operator"), e.get("key"), ",".join(e.get("values") or [])
+        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
+                      "Exists": f"{key}", "DoesNotExist": f"!{key}"}.get(op, f"{key} {op} ({values})"))
+    return ",".join(parts)

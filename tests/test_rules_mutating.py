@@ -1,0 +1,449 @@
+"""Table tests of the mutating chain: colocation profiles -> priority -> batch resources."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from tests.conftest import load_fixture
+from tests.mutating import (
+    labels_of,
+    make_state,
+    mutate,
+    namespace,
+    pod,
+    priority_class,
+    profile,
+    request,
+    resources_of,
+)
+from webhook.admission import chain
+from webhook.admission.review import review_from_dict
+from webhook.core.priority import resolve_priority
+from webhook.core.profiles import probability_draw
+
+COLO = {"koordinator.sh/enable-colocation": "true"}
+ESPEC = "node.koordinator.sh/extended-resource-spec"
+
+
+def _name_with_draw(ns: str, want_below: int, below: bool) -> str:
+    """A pod name whose probability draw is below (or not below) ``want_below``."""
+    for i in range(1000):
+        name = f"pod-{i}"
+        if (probability_draw(ns, name) < want_below) == below:
+            return name
+    raise AssertionError("no name found")
+
+
+# -- colocation profiles: matching --------------------------------------------------------------------
+MATCH_CASES = [
+    # (name, profile spec, pod kwargs, expect match, expected warning fragment or None)
+    ("no selectors matches everything", {}, {}, True, None),
+    ("namespaceSelector matches", {"namespaceSelector": {"matchLabels": COLO}}, {"ns": "colo-demo"}, True, None),
+    ("namespaceSelector does not match", {"namespaceSelector": {"matchLabels": COLO}}, {"ns": "default"}, False, None),
+    ("metadata.name label always present",
+     {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prod-apps"}}}, {"ns": "prod-apps"}, True, None),
+    ("unknown namespace fails closed", {}, {"ns": "nowhere"}, False, "namespace nowhere is not in"),
+    ("selector matchLabels", {"selector": {"matchLabels": {"app": "web"}}}, {"labels": {"app": "web"}}, True, None),
+    ("selector mismatch", {"selector": {"matchLabels": {"app": "web"}}}, {"labels": {"app": "db"}}, False, None),
+    ("selector In", {"selector": {"matchExpressions": [{"key": "tier", "operator": "In", "values": ["a", "b"]}]}},
+     {"labels": {"tier": "b"}}, True, None),
+    ("selector NotIn absent key", {"selector": {"matchExpressions": [{"key": "tier", "operator": "NotIn", "values": ["a"]}]}},
+     {"labels": {}}, True, None),
+    ("selector Exists", {"selector": {"matchExpressions": [{"key": "tier", "operator": "Exists"}]}},
+     {"labels": {"x": "1"}}, False, None),
+    ("selector DoesNotExist", {"selector": {"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}},
+     {"labels": {"x": "1"}}, True, None),
+    ("unparsable selector fails closed",
+     {"selector": {"matchExpressions": [{"key": "tier", "operator": "Equals", "values": ["a"]}]}},
+     {"labels": {"tier": "a"}}, False, "ignored: selector.matchExpressions[0].operator"),
+    ("In without values fails closed", {"selector": {"matchExpressions": [{"key": "tier", "operator": "In"}]}},
+     {"labels": {"tier": "a"}}, False, "ignored"),
+    ("unparsable namespaceSelector fails closed", {"namespaceSelector": {"matchLabels": ["x"]}}, {}, False, "ignored"),
+    ("probability 0 never", {"probability": 0}, {}, False, None),
+    ("probability 0% never", {"probability": "0%"}, {}, False, None),
+    ("probability 100% always", {"probability": "100%"}, {}, True, None),
+    ("probability 150 counts as 100", {"probability": 150}, {}, True, None),
+    ("probability without % is bad", {"probability": "50"}, {}, False, "probability: '50' is not an integer"),
+    ("negative probability is bad", {"probability": -5}, {}, False, "must not be negative"),
+    ("fractional probability is bad", {"probability": "50.5%"}, {}, False, "probability"),
+    ("bad qosClass is bad", {"qosClass": "Gold"}, {}, False, "qosClass: Unsupported value"),
+]
+
+
+@pytest.mark.parametrize("name,spec,pod_kw,matched,warning", MATCH_CASES, ids=[c[0] for c in MATCH_CASES])
+def test_profile_matching(name: str, spec: dict, pod_kw: dict, matched: bool, warning: str | None) -> None:
+    state = make_state(profile("p1", **spec, labels={"matched": "yes"}))
+    decision, out = mutate(pod(**pod_kw), state)
+    assert decision.allowed
+    assert (labels_of(out).get("matched") == "yes") is matched
+    if warning:
+        assert any(warning in w for w in decision.warnings), decision.warnings
+    else:
+        assert not any("ignored" in w or "not in the webhook" in w for w in decision.warnings)
+    assert all(len(w) < 120 for w in decision.warnings)
+
+
+def test_probability_uses_the_draw_exactly() -> None:
+    state = make_state(profile("half", probability="50%", labels={"matched": "yes"}))
+    below = _name_with_draw("default", 50, True)
+    above = _name_with_draw("default", 50, False)
+    assert labels_of(mutate(pod(name=below), state)[1]).get("matched") == "yes"
+    assert "matched" not in labels_of(mutate(pod(name=above), state)[1])
+    # the int form is the same percentage; 50 means draw < 50, not Koordinator's <= 50
+    edge = next(f"e{i}" for i in range(5000) if probability_draw("default", f"e{i}") == 50)
+    assert "matched" not in labels_of(mutate(pod(name=edge), make_state(profile("h", probability=50, labels={"matched": "y"})))[1])
+
+
+def test_probability_share_is_exact_over_many_pods() -> None:
+    draws = [probability_draw("ns", f"pod-{i}") for i in range(20000)]
+    assert min(draws) == 0 and max(draws) == 99
+    for percent in (1, 10, 50, 90):
+        share = sum(d < percent for d in draws) / len(draws)
+        assert abs(share - percent / 100) < 0.01, (percent, share)
+
+
+def test_probability_draw_is_stable_for_generate_name_pods() -> None:
+    state = make_state(profile("half", probability="50%", labels={"matched": "yes"}))
+    p = pod(name=None, generate_name="web-6c8dfc678-")
+    results = {json.dumps(mutate(p, state)[1], sort_keys=True) for _ in range(3)}
+    assert len(results) == 1
+    assert probability_draw("default", "web-6c8dfc678-") == probability_draw("default", "web-6c8dfc678-")
+
+
+# -- colocation profiles: what they set --------------------------------------------------------------
+def test_profile_sets_every_field_in_koordinator_order() -> None:
+    state = make_state(profile(
+        "colo", labels={"team": "a", "koordinator.sh/qosClass": "LS"}, annotations={"note": "x"},
+        labelKeysMapping={"app": "app-copy", "missing": "was-missing"},
+        annotationKeysMapping={"note": "note-copy"},
+        labelSuffixes={"app": "-be", "absent": "-x", "app-copy": "-copy"},
+        schedulerName="koord-scheduler", qosClass="BE", priorityClassName="koord-batch", koordinatorPriority=1000))
+    decision, out = mutate(pod(labels={"app": "web"}, requests={"cpu": "1"}), state)
+    assert decision.allowed
+    labels = labels_of(out)
+    # app-copy is mapped from app before app gets its suffix; re-matching until the pod settles maps
+    # the suffixed value (what a reinvocation would do), and "-copy" is appended once.
+    assert labels == {"app": "web-be", "team": "a", "koordinator.sh/qosClass": "BE", "app-copy": "web-be-copy",
+                      "was-missing": "", "koordinator.sh/priority": "1000"}
+    assert out["metadata"]["annotations"]["note"] == "x"
+    assert out["metadata"]["annotations"]["note-copy"] == "x"
+    assert out["spec"]["schedulerName"] == "koord-scheduler"
+    assert (out["spec"]["priorityClassName"], out["spec"]["priority"], out["spec"]["preemptionPolicy"]) == \
+        ("koord-batch", 5000, "PreemptLowerPriority")
+    assert decision.audit_annotations["colocation-profile"].startswith("applied colo:")
+    assert "colocation profile colo applied: QoS BE, priorityClassName koord-batch" in decision.warnings
+
+
+def test_later_profile_name_wins() -> None:
+    state = make_state(profile("b-second", labels={"x": "b"}, qosClass="BE"),
+                       profile("a-first", labels={"x": "a", "only-a": "1"}, qosClass="LS"))
+    _, out = mutate(pod(), state)
+    assert labels_of(out)["x"] == "b" and labels_of(out)["only-a"] == "1"
+    assert labels_of(out)["koordinator.sh/qosClass"] == "BE"
+
+
+def test_selector_sees_labels_as_received_then_settles() -> None:
+    # b matches only once a has set tier=batch: the result is re-matched until it settles, so
+    # the reinvoked webhook would apply b anyway; applying it now keeps the second pass empty.
+    state = make_state(profile("a", labels={"tier": "batch"}),
+                       profile("b", selector={"matchLabels": {"tier": "batch"}}, labels={"b": "yes"}))
+    decision, out = mutate(pod(), state)
+    assert labels_of(out) == {"tier": "batch", "b": "yes"}
+    assert chain.mutate(request(out), state, chain.Settings()).patch == []
+
+
+def test_label_suffix_is_not_appended_twice() -> None:
+    state = make_state(profile("a", labelSuffixes={"app": "-a"}), profile("b", labelSuffixes={"app": "-b"}))
+    _, out = mutate(pod(labels={"app": "web"}), state)
+    assert labels_of(out)["app"] == "web-a-b"
+    _, again = mutate(out, state)
+    assert labels_of(again)["app"] == "web-a-b"
+
+
+def test_unknown_priority_class_in_profile_is_denied() -> None:
+    state = make_state(profile("colo", priorityClassName="koord-gold"))
+    decision, _ = mutate(pod(name="web-1"), state)
+    assert not decision.allowed and decision.code == 403 and decision.reason == "Forbidden"
+    assert decision.message == 'pods "web-1" is forbidden: no PriorityClass with name koord-gold was found'
+    assert decision.rule == "colocation-profile"
+
+
+def test_profile_priority_class_without_preemption_policy_defaults() -> None:
+    state = make_state(priority_class("never", 100, policy="Never"), priority_class("bare", 200, policy=None),
+                       profile("a", selector={"matchLabels": {"c": "never"}}, priorityClassName="never"),
+                       profile("b", selector={"matchLabels": {"c": "bare"}}, priorityClassName="bare"))
+    assert mutate(pod(labels={"c": "never"}), state)[1]["spec"]["preemptionPolicy"] == "Never"
+    out = mutate(pod(labels={"c": "bare"}, preemptionPolicy="Never"), state)[1]
+    assert (out["spec"]["priority"], out["spec"]["preemptionPolicy"]) == (200, "PreemptLowerPriority")
+
+
+def test_profile_patch_is_a_strategic_merge() -> None:
+    patch = {"metadata": {"labels": {"from-patch": "1"}, "annotations": {"drop-me": None}},
+             "spec": {"containers": [{"name": "app", "env": [{"name": "MODE", "value": "batch"}]},
+                                     {"name": "sidecar", "image": "busybox"}],
+                      "tolerations": [{"key": "batch", "operator": "Exists"}]}}
+    state = make_state(profile("colo", labels={"x": "1"}, patch=patch))
+    p = pod(annotations={"drop-me": "y", "keep": "z"})
+    p["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
+    decision, out = mutate(p, state)
+    assert decision.allowed
+    assert labels_of(out) == {"x": "1", "from-patch": "1"}
+    assert out["metadata"]["annotations"] == {"keep": "z"}
+    app, sidecar = out["spec"]["containers"]
+    assert app["image"] == "nginx" and app["env"] == [{"name": "A", "value": "1"}, {"name": "MODE", "value": "batch"}]
+    assert sidecar == {"name": "sidecar", "image": "busybox"}
+    assert out["spec"]["tolerations"] == [{"key": "batch", "operator": "Exists"}]
+    assert chain.mutate(request(out), state, chain.Settings()).patch == []
+
+
+def test_profile_patch_may_not_rename_the_pod() -> None:
+    state = make_state(profile("colo", patch={"metadata": {"name": "other"}}, labels={"x": "1"}))
+    decision, out = mutate(pod(), state)
+    assert out["metadata"]["name"] == "p" and "x" not in labels_of(out)
+    assert any("may not change the pod's name" in w for w in decision.warnings)
+
+
+def test_profile_patch_without_merge_key_is_skipped_with_a_warning() -> None:
+    state = make_state(profile("colo", patch={"spec": {"containers": [{"image": "x"}]}}, labels={"x": "1"}))
+    decision, out = mutate(pod(), state)
+    assert decision.allowed and "x" not in labels_of(out)
+    assert any("does not contain declared merge key: name" in w for w in decision.warnings)
+
+
+def test_profiles_that_undo_each_other_are_reported() -> None:
+    state = make_state(profile("a", selector={"matchLabels": {"x": "1"}}, labels={"x": "2"}),
+                       profile("b", selector={"matchLabels": {"x": "2"}}, labels={"x": "1"}))
+    decision, _ = mutate(pod(labels={"x": "1"}), state)
+    assert decision.allowed
+    assert any("did not settle" in w for w in decision.warnings)
+
+
+# -- priority -------------------------------------------------------------------------------------------
+PRIORITY_CASES = [
+    # (name, extra objects, pod spec fields, expected (class, priority, policy) or denial message)
+    ("class resolves", [], {"priorityClassName": "koord-prod", "priority": None, "preemptionPolicy": None},
+     ("koord-prod", 9000, "PreemptLowerPriority")),
+    ("system-node-critical is built in", [], {"priorityClassName": "system-node-critical", "priority": None,
+                                              "preemptionPolicy": None},
+     ("system-node-critical", 2000001000, "PreemptLowerPriority")),
+    ("no class and no default: 0", [], {"priority": None, "preemptionPolicy": None}, (None, 0, "PreemptLowerPriority")),
+    ("default class name is written", [priority_class("d-high", 100, True), priority_class("d-low", 50, True, "Never")],
+     {"priority": None, "preemptionPolicy": None}, ("d-low", 50, "Never")),
+    ("class without preemptionPolicy", [priority_class("bare", 7, policy=None)],
+     {"priorityClassName": "bare", "priority": None, "preemptionPolicy": None}, ("bare", 7, "PreemptLowerPriority")),
+    ("matching given priority accepted", [], {"priorityClassName": "koord-batch", "priority": 5000},
+     ("koord-batch", 5000, "PreemptLowerPriority")),
+    ("unknown class", [], {"priorityClassName": "nope", "priority": None},
+     'pods "p" is forbidden: no PriorityClass with name nope was found'),
+    ("given priority differs", [], {"priorityClassName": "koord-prod", "priority": 0},
+     'pods "p" is forbidden: the integer value of priority (0) must not be provided in pod spec; '
+     "priority admission controller computed 9000 from the given PriorityClass name"),
+    ("given policy differs", [], {"priorityClassName": "koord-prod", "priority": 9000, "preemptionPolicy": "Never"},
+     'pods "p" is forbidden: the string value of PreemptionPolicy (Never) must not be provided in pod spec; '
+     "priority admission controller computed PreemptLowerPriority from the given PriorityClass name"),
+]
+
+
+@pytest.mark.parametrize("name,objects,fields,expected", PRIORITY_CASES, ids=[c[0] for c in PRIORITY_CASES])
+def test_priority(name: str, objects: list, fields: dict, expected: object) -> None:
+    p = pod()
+    for k, v in fields.items():
+        if v is None:
+            p["spec"].pop(k, None)
+        else:
+            p["spec"][k] = v
+    decision, out = mutate(p, make_state(*objects))
+    if isinstance(expected, str):
+        assert not decision.allowed and decision.code == 403 and decision.message == expected
+        return
+    assert decision.allowed, decision.message
+    cls, prio, policy = expected  # type: ignore[misc]
+    assert (out["spec"].get("priorityClassName"), out["spec"]["priority"], out["spec"]["preemptionPolicy"]) == \
+        (cls, prio, policy)
+
+
+def test_generate_name_is_used_in_forbidden_prefix() -> None:
+    p = pod(name=None, generate_name="web-", priorityClassName="nope")
+    decision, _ = mutate(p, make_state())
+    assert decision.message == 'pods "web-" is forbidden: no PriorityClass with name nope was found'
+
+
+# -- batch resources --------------------------------------------------------------------------------------
+BATCH_CASES = [
+    # (name, priority, requests, limits, expected requests, expected limits)
+    ("500m and 512Mi", 5000, {"cpu": "500m", "memory": "512Mi"}, None,
+     {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "536870912"}, None),
+    ("1 core", 5999, {"cpu": "1"}, {"cpu": "1.5"},
+     {"kubernetes.io/batch-cpu": "1000"}, {"kubernetes.io/batch-cpu": "1500"}),
+    ("limit without request gets request", 5500, None, {"cpu": "2", "memory": "1Gi"},
+     {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "1073741824"},
+     {"kubernetes.io/batch-cpu": "2000", "kubernetes.io/batch-memory": "1073741824"}),
+    ("sub-milli rounds up", 5000, {"cpu": "100u", "memory": "1k"}, None,
+     {"kubernetes.io/batch-cpu": "1", "kubernetes.io/batch-memory": "1000"}, None),
+    ("other resources kept", 5000, {"cpu": "1", "ephemeral-storage": "1Gi"}, None,
+     {"kubernetes.io/batch-cpu": "1000", "ephemeral-storage": "1Gi"}, None),
+    ("mid band", 7000, {"cpu": "250m", "memory": "1Mi"}, None,
+     {"kubernetes.io/mid-cpu": "250", "kubernetes.io/mid-memory": "1048576"}, None),
+    ("prod band unchanged", 9000, {"cpu": "1"}, None, {"cpu": "1"}, None),
+    ("free band unchanged", 3000, {"cpu": "1"}, None, {"cpu": "1"}, None),
+    ("no band unchanged", 0, {"cpu": "1"}, None, {"cpu": "1"}, None),
+]
+
+
+@pytest.mark.parametrize("name,prio,requests,limits,want_req,want_lim", BATCH_CASES, ids=[c[0] for c in BATCH_CASES])
+def test_batch_resources(name: str, prio: int, requests: dict | None, limits: dict | None,
+                         want_req: dict, want_lim: dict | None) -> None:
+    state = make_state(priority_class("custom", prio))
+    decision, out = mutate(pod(requests=requests, limits=limits, priorityClassName="custom", priority=prio), state)
+    assert decision.allowed, decision.message
+    res = resources_of(out)
+    assert res.get("requests") == want_req
+    assert res.get("limits") == want_lim
+
+
+def test_batch_covers_init_containers_and_overhead_and_writes_the_annotation() -> None:
+    p = pod(requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"},
+            priorityClassName="koord-batch", priority=5000, overhead={"cpu": "100m", "memory": "10Mi"})
+    p["spec"]["initContainers"] = [{"name": "init", "image": "busybox", "resources": {"limits": {"cpu": "50m"}}}]
+    decision, out = mutate(p, make_state())
+    assert out["spec"]["overhead"] == {"kubernetes.io/batch-cpu": "100", "kubernetes.io/batch-memory": "10485760"}
+    assert resources_of(out, 0, "initContainers") == {"limits": {"kubernetes.io/batch-cpu": "50"},
+                                                       "requests": {"kubernetes.io/batch-cpu": "50"}}
+    # Go's encoding of ExtendedResourceSpec: sorted keys, canonical quantities, regular containers only
+    assert out["metadata"]["annotations"][ESPEC] == (
+        '{"containers":{"app":{"limits":{"kubernetes.io/batch-cpu":"1k","kubernetes.io/batch-memory":"1073741824"},'
+        '"requests":{"kubernetes.io/batch-cpu":"500","kubernetes.io/batch-memory":"1073741824"}}}}')
+    assert decision.audit_annotations["batch-resources"].startswith("cpu/memory -> kubernetes.io/batch-cpu")
+
+
+def test_skip_update_resources_turns_conversion_off() -> None:
+    state = make_state(profile("colo", meta_annotations={"config.koordinator.sh/skip-update-resources": ""},
+                               priorityClassName="koord-batch", qosClass="BE"))
+    decision, out = mutate(pod(requests={"cpu": "1"}), state)
+    assert out["spec"]["priority"] == 5000 and resources_of(out) == {"requests": {"cpu": "1"}}
+
+
+def test_batch_conversion_without_a_profile_and_existing_annotation_kept() -> None:
+    p = pod(requests={"kubernetes.io/batch-cpu": "1k"}, priorityClassName="koord-batch", priority=5000,
+            annotations={ESPEC: '{"containers":{"app":{"requests":{"kubernetes.io/batch-cpu":"1000"}}}}'})
+    decision, out = mutate(p, make_state())
+    assert decision.patch == []
+
+
+def test_legacy_ack_qos_annotation_counts_as_be() -> None:
+    p = pod(annotations={"alibabacloud.com/qosClass": "BE"}, requests={"cpu": "1"})
+    decision, out = mutate(p, make_state())
+    assert resources_of(out) == {"requests": {"cpu": "1"}}
+    assert any("QoS BE pod with priority 0 keeps cpu/memory" in w for w in decision.warnings)
+
+
+def test_update_is_allowed_unchanged() -> None:
+    state = make_state(profile("colo", labels={"x": "1"}, priorityClassName="koord-batch"))
+    old = pod(requests={"cpu": "1"})
+    new = copy.deepcopy(old)
+    new["metadata"]["labels"] = {"y": "z"}
+    decision = chain.mutate(request(new, "UPDATE", old), state, chain.Settings())
+    assert decision.allowed and decision.patch == [] and not decision.warnings
+
+
+# -- recorded reviews ------------------------------------------------------------------------------------
+def _recorded(name: str):  # type: ignore[no-untyped-def]
+    return review_from_dict(load_fixture(f"admission/{name}")).request
+
+
+def _example_state(*extra: dict):  # type: ignore[no-untyped-def]
+    return make_state(namespace("webhook-test"), profile(
+        "colocation-profile-example", namespaceSelector={"matchLabels": COLO}, selector={"matchLabels": COLO},
+        qosClass="BE", priorityClassName="koord-batch", koordinatorPriority=1000, schedulerName="koord-scheduler",
+        labels={"koordinator.sh/mutated": "true"}), *extra)
+
+
+def test_recorded_koord_batch_init_containers() -> None:
+    import jsonpatch
+
+    req = _recorded("v1-mutate-create-koord-batch-init-containers.json")
+    decision = chain.mutate(req, _example_state(), chain.Settings())
+    assert decision.allowed
+    out = jsonpatch.apply_patch(req.object, decision.patch)
+    worker = out["spec"]["containers"][0]["resources"]
+    assert worker == {"limits": {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "1073741824"},
+                      "requests": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "536870912"}}
+    init, sidecar = (c["resources"] for c in out["spec"]["initContainers"])
+    assert init["requests"] == {"kubernetes.io/batch-cpu": "50", "kubernetes.io/batch-memory": "33554432"}
+    assert sidecar["limits"] == {"kubernetes.io/batch-cpu": "50", "kubernetes.io/batch-memory": "33554432"}
+    assert "koordinator.sh/mutated" not in out["metadata"]["labels"]  # the profile's selector does not match
+    assert json.loads(out["metadata"]["annotations"][ESPEC])["containers"]["worker"]["limits"] == \
+        {"kubernetes.io/batch-cpu": "1k", "kubernetes.io/batch-memory": "1073741824"}
+    again = chain.mutate(req.model_copy(update={"object": out}), _example_state(), chain.Settings())
+    assert again.patch == []
+
+
+def test_recorded_deployment_pod_with_generate_name() -> None:
+    import jsonpatch
+
+    req = _recorded("v1-mutate-create-deployment-pod.json")
+    assert not req.name and "name" not in req.object["metadata"]
+    decision = chain.mutate(req, _example_state(), chain.Settings())
+    out = jsonpatch.apply_patch(req.object, decision.patch)
+    assert out["metadata"]["labels"]["koordinator.sh/qosClass"] == "BE"
+    assert out["metadata"]["labels"]["koordinator.sh/priority"] == "1000"
+    assert (out["spec"]["priorityClassName"], out["spec"]["priority"]) == ("koord-batch", 5000)
+    assert out["spec"]["schedulerName"] == "koord-scheduler"
+    assert out["spec"]["containers"][0]["resources"]["requests"] == {
+        "kubernetes.io/batch-cpu": "100", "kubernetes.io/batch-memory": "134217728"}
+    assert resolve_priority(out["spec"], _example_state().priority_class, None).error is None
+
+
+def test_recorded_update_is_allowed_unchanged() -> None:
+    decision = chain.mutate(_recorded("v1-mutate-update-label.json"), _example_state(), chain.Settings())
+    assert decision.allowed and decision.patch == []
+
+
+def _reaction(case: str) -> dict:
+    return next(c for c in load_fixture("admission/apiserver-reactions.json") if c["case"] == case)
+
+
+def test_reinvoked_priority_plugin_rejects_a_class_only_patch_as_recorded() -> None:
+    import jsonpatch
+
+    case = _reaction("patch-priorityclassname-only")
+    obj = case["admission_review_request"]["request"]["object"]
+    patched = jsonpatch.apply_patch(obj, case["webhook_response_patch_decoded"])
+    res = resolve_priority(patched["spec"], make_state().priority_class, None)
+    assert res.error is not None
+    assert f'pods "{obj["metadata"]["name"]}" is forbidden: {res.error}' in case["kubectl_stderr"]
+
+
+def test_profile_class_change_passes_the_reinvoked_priority_plugin() -> None:
+    import jsonpatch
+
+    case = _reaction("patch-priorityclassname-priority-preemptionpolicy")
+    obj = case["admission_review_request"]["request"]["object"]
+    assert obj["spec"]["priority"] == 9000
+    state = _example_state(profile("to-batch", namespaceSelector={"matchLabels": {
+        "kubernetes.io/metadata.name": "webhook-test"}}, priorityClassName="koord-batch"))
+    decision = chain.mutate(review_from_dict(case["admission_review_request"]).request, state, chain.Settings())
+    out = jsonpatch.apply_patch(obj, decision.patch)
+    accepted = jsonpatch.apply_patch(obj, case["webhook_response_patch_decoded"])  # what the apiserver took
+    for f in ("priorityClassName", "priority", "preemptionPolicy"):
+        assert out["spec"][f] == accepted["spec"][f]
+    assert resolve_priority(out["spec"], state.priority_class, None).error is None
+    stored = case["stored_object_or_null"]["spec"]
+    assert (stored["priorityClassName"], stored["priority"]) == (out["spec"]["priorityClassName"], out["spec"]["priority"])
+
+
+def test_patch_ops_keep_their_own_copy_of_values() -> None:
+    from webhook.admission.patch import PatchBuilder
+
+    doc: dict = {"spec": {}}
+    pb = PatchBuilder(doc)
+    container = {"name": "a", "resources": {"requests": {"cpu": "1"}}}
+    pb.set(("spec", "containers"), [container])
+    pb.remove(("spec", "containers", 0, "resources", "requests", "cpu"))
+    assert pb.ops[0]["value"] == [{"name": "a", "resources": {"requests": {"cpu": "1"}}}]
+    assert pb.set(("metadata", "labels", "a"), "1") and pb.ops[-1] == {
+        "op": "add", "path": "/metadata", "value": {"labels": {"a": "1"}}}
+    assert not pb.set(("metadata", "labels", "a"), "1")

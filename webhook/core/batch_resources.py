@@ -1,0 +1,203 @@
+"""cpu/memory -> batch/mid extended resources, and the extended-resource-spec annotation.
+
+Koordinator's ``mutatePodResourceSpec`` and ``extended_resource_spec.go`` (koordinator.md §2.5, §2.6):
+a koord-batch pod asks for ``kubernetes.io/batch-cpu`` (whole milli-cores) and
+``kubernetes.io/batch-memory`` (whole bytes) instead of cpu and memory, a koord-mid pod for the mid
+resources; the native keys go. The node agent reuses ``to_milli_cores``/``to_bytes``.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+import orjson
+
+from webhook.core.priority import KOORD_BATCH, KOORD_MID, band_of
+from webhook.core.quantity import (
+    QuantityError,
+    format_binary_si,
+    format_decimal_si,
+    int_value,
+    milli_value,
+    parse_quantity,
+)
+from webhook.core.resources import (
+    BATCH_CPU,
+    BATCH_MEMORY,
+    CPU,
+    MEMORY,
+    MID_CPU,
+    MID_MEMORY,
+    iter_containers,
+)
+
+EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
+TARGETS: dict[str, tuple[str, str]] = {KOORD_BATCH: (BATCH_CPU, BATCH_MEMORY), KOORD_MID: (MID_CPU, MID_MEMORY)}
+_SPEC_RESOURCES = (BATCH_CPU, BATCH_MEMORY)  # what the annotation carries (Koordinator: batch only)
+_BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def targets_for(priority: Any) -> tuple[str, str] | None:
+    """(cpu name, memory name) for a priority in the koord-batch or koord-mid band, else None."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        return None
+    return TARGETS.get(band_of(priority))
+
+
+def to_milli_cores(q: Decimal) -> int:
+    """Whole milli-cores, rounded up as upstream's MilliValue: 500m -> 500, 1 -> 1000, 1.5 -> 1500."""
+    return milli_value(q)
+
+
+def to_bytes(q: Decimal) -> int:
+    """Whole bytes, rounded up: 512Mi -> 536870912."""
+    return int_value(q)
+
+
+@lru_cache(maxsize=4096)
+def _converted(raw: Any, cpu: bool) -> str:
+    """The whole milli-cores (cpu) or bytes (memory) of a raw quantity, as a string (QuantityError)."""
+    q = parse_quantity(raw)
+    return str(to_milli_cores(q) if cpu else to_bytes(q))
+
+
+@lru_cache(maxsize=4096)
+def canonical(raw: Any) -> str:
+    """A quantity as Go prints it after parsing: "1000" -> "1k", "1024Mi" -> "1Gi" (a binary suffix
+    keeps the binary form, whole values only, which is all Kubernetes stores); QuantityError."""
+    q = parse_quantity(raw)
+    if isinstance(raw, str) and raw[-2:] in _BINARY_SUFFIXES and q == q.to_integral_value():
+        return format_binary_si(int(q))
+    return format_decimal_si(q)
+
+
+def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
+    """A ResourceList with cpu/memory renamed and re-expressed; also the native keys converted.
+
+    The converted key takes the native key's place (an existing extended value is overwritten,
+    as Koordinator does). An unparsable quantity is left alone for the validating rules to report.
+    """
+    out: dict[str, Any] = {}
+    done: list[str] = []
+    for name, raw in values.items():
+        if name in (CPU, MEMORY):
+            try:
+                out[cpu_name if name == CPU else mem_name] = _converted(raw, name == CPU)
+            except (QuantityError, TypeError):  # TypeError: an unhashable (list/map) value
+                out[name] = raw
+                continue
+            done.append(name)
+        elif name not in out:
+            out[name] = raw
+    return out, done
+
+
+def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
+    """A container's ``resources`` converted; a limit without a request gets the request = limit."""
+    out = dict(resources)
+    done: list[str] = []
+    for kind in ("requests", "limits"):
+        values = resources.get(kind)
+        if isinstance(values, dict):
+            out[kind], converted = convert_list(values, cpu_name, mem_name)
+            done.extend(f"{kind}.{n}" for n in converted)
+    limits = out.get("limits")
+    if isinstance(limits, dict):
+        for name in (cpu_name, mem_name):
+            requests = out.get("requests")
+            if name in limits and not (isinstance(requests, dict) and name in requests):
+                out["requests"] = {**(requests if isinstance(requests, dict) else {}), name: limits[name]}
+                done.append(f"requests.{name} = limit")
+    return out, done
+
+
+def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str) -> list[tuple[tuple[str | int, ...], Any, list[str]]]:
+    """(path under the pod, new value, what changed) for every container resources and the overhead
+    that change; an empty list when nothing does."""
+    changes: list[tuple[tuple[str | int, ...], Any, list[str]]] = []
+    for field, i, c in iter_containers(spec):
+        resources = c.get("resources")
+        if not isinstance(resources, dict):
+            continue
+        new, done = convert_resources(resources, cpu_name, mem_name)
+        if done:
+            changes.append((("spec", field, i, "resources"), new, done))
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict):
+        new, done = convert_list(overhead, cpu_name, mem_name)
+        if done:
+            changes.append((("spec", "overhead"), new, [f"overhead.{n}" for n in done]))
+    return changes
+
+
+def extended_resource_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    """``{"containers": {name: {"limits": {...}, "requests": {...}}}}`` with the batch resources of the
+    regular containers (not init containers, not overhead), in canonical quantity form."""
+    containers: dict[str, Any] = {}
+    for c in spec.get("containers") or []:
+        if not isinstance(c, dict) or not isinstance(c.get("resources"), dict):
+            continue
+        entry: dict[str, Any] = {}
+        for kind in ("limits", "requests"):
+            values = c["resources"].get(kind)
+            if not isinstance(values, dict):
+                continue
+            picked = {}
+            for name in _SPEC_RESOURCES:
+                if name in values:
+                    try:
+                        picked[name] = canonical(values[name])
+                    except (QuantityError, TypeError):
+                        continue
+            if picked:
+                entry[kind] = picked
+        if entry:
+            containers[str(c.get("name", ""))] = entry
+    return {"containers": containers} if containers else {}
+
+
+def encode_extended_resource_spec(value: dict[str, Any]) -> str:
+    """JSON as Go's encoding/json writes it (map keys sorted, no spaces)."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+
+
+def same_extended_resource_spec(text: Any, wanted: dict[str, Any]) -> bool:
+    """Whether the annotation ``text`` (None: absent) already says ``wanted``, comparing quantities
+    by value as Koordinator compares the parsed specs."""
+    current = parse_extended_resource_spec(text) if text is not None else {}
+    return current is not None and current == parse_extended_resource_spec(encode_extended_resource_spec(wanted))
+
+
+def parse_extended_resource_spec(text: Any) -> dict[str, Any] | None:
+    """The annotation's value with quantities parsed (Decimal), or None when it is not valid."""
+    if not isinstance(text, str):
+        return None
+    try:
+        data = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    containers = data.get("containers") or {}
+    if not isinstance(containers, dict):
+        return None
+    out: dict[str, Any] = {}
+    for name, entry in containers.items():
+        if not isinstance(entry, dict):
+            return None
+        norm: dict[str, Any] = {}
+        for kind in ("limits", "requests"):
+            values = entry.get(kind)
+            if not values:
+                continue
+            if not isinstance(values, dict):
+                return None
+            try:
+                norm[kind] = {k: parse_quantity(v) for k, v in values.items()}
+            except (QuantityError, TypeError):
+                return None
+        if norm:
+            out[name] = norm
+    return {"containers": out} if out else {}
