@@ -199,8 +199,11 @@ def test_review_explain_shows_selector_and_probability_misses(tmp_path: Path, st
         {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
          "metadata": {"name": "bad"}, "spec": {"selector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}}]))
     pod = _pod_file(tmp_path, "v1-mutate-create-koord-batch-init-containers.json")
-    assert main(["review", str(pod), "--cluster-state", str(state_dir), "--explain"]) == 0
+    # converted to batch resources but not labelled BE: Koordinator's validating rule denies it (exit 1)
+    assert main(["review", str(pod), "--cluster-state", str(state_dir), "--explain"]) == 1
     err = capsys.readouterr().err
+    assert "[koordinator-rules] denied: labels.koordinator.sh/qosClass: Required value: must specify " \
+           "koordinator QoS BE with koordinator colocation resources" in err
     assert "profile colocation-profile-example: no match: selector koordinator.sh/enable-colocation=true " \
            "does not match pod labels {app=batch-init}" in err
     assert "profile never: no match:" in err and "probability 0%: draw" in err

@@ -88,7 +88,8 @@ def test_unknown_priority_class_is_denied_with_upstream_text(server: Server) -> 
     resp = post(server, "/mutate", review).json()["response"]
     assert resp["allowed"] is False
     assert resp["status"] == {"code": 403, "reason": "Forbidden",
-                              "message": "no PriorityClass with name no-such-class was found"}
+                              "message": 'pods "pod-plain" is forbidden: no PriorityClass with name no-such-class '
+                                         "was found"}
     assert resp["uid"] == review["request"]["uid"]
 
 

@@ -78,8 +78,9 @@ UNITS = [
     ("negative", one("-1"), f'{REQ}[{BATCH_CPU}]: Invalid value: "-1": must be greater than or equal to 0'),
     ("unparsable", one("1 core"), f'{REQ}[{BATCH_CPU}]: Invalid value: "1 core": {ERR_FORMAT}'),
     ("bad suffix", one(mem="1ki"), f'{REQ}[{BATCH_MEMORY}]: Invalid value: "1ki": unable to parse quantity\'s suffix'),
-    ("request differs from limit", one("500", lcpu="1k"),
-     f'{REQ}: Invalid value: "500": must be equal to {BATCH_CPU} limit of 1k'),
+    ("request above limit", one("2k", lcpu="1k"),
+     f'{REQ}: Invalid value: "2k": must be less than or equal to {BATCH_CPU} limit of 1k'),
+    ("request below limit (a converted Burstable pod)", one("500", lcpu="1k"), None),
     ("equal in other spelling", one("1000", lcpu="1k"), None),
     ("several errors aggregate", one("0.5", "1.5"),
      f'[{REQ}[{BATCH_CPU}]: Invalid value: "0.5": {WHOLE_CPU}, {REQ}[{BATCH_MEMORY}]: Invalid value: "1.5": {WHOLE_MEM}]'),
@@ -113,7 +114,7 @@ def test_small_batch_cpu_warns(value: str, warning: str | None) -> None:
 
 
 def test_warning_kept_on_denial() -> None:
-    obj = one("2", lcpu="3")
+    obj = one("3", lcpu="2")
     d = validate(obj)
     assert not d.allowed and len(d.warnings) == 2
 

@@ -26,5 +26,5 @@ def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
         return denied(aggregate(errors), rule=NAME)
     if warnings:
         ctx.decision.audit_annotations[NAME] = "; ".join(warnings)
-    ctx.note(NAME, "batch-cpu/batch-memory: whole milli-cores and bytes, requests equal limits (where given)")
+    ctx.note(NAME, "batch-cpu/batch-memory: whole milli-cores and bytes, requests not above limits")
     return None

@@ -87,10 +87,12 @@ def unit_problems(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
                 if text not in warnings:  # requests and limits usually say the same
                     warnings.append(text)
             given.setdefault((path.rpartition(".")[0], name), {})[kind] = (raw, q)
-    # Batch resources cannot be overcommitted: a given request must equal the given limit
-    # (upstream's text for non-overcommitable resources, kubernetes.md §5.3).
+    # A request may not exceed its limit. kubernetes.io/batch-* are prefixed native resources, which
+    # the apiserver lets a pod overcommit (request <= limit, upstream's text, kubernetes.md §5.3), and
+    # Koordinator's own conversion of a Burstable pod (500m/1 -> 500/1000) relies on it: demanding
+    # request == limit would deny the mutating chain's own output.
     for (base, name), kinds in given.items():
-        if "requests" in kinds and "limits" in kinds and kinds["requests"][1] != kinds["limits"][1]:
+        if "requests" in kinds and "limits" in kinds and kinds["requests"][1] > kinds["limits"][1]:
             errors.append(invalid(f"{base}.requests", _shown(kinds["requests"][0]),
-                                  f"must be equal to {name} limit of {_shown(kinds['limits'][0])}"))
+                                  f"must be less than or equal to {name} limit of {_shown(kinds['limits'][0])}"))
     return errors, warnings
