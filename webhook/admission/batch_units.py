@@ -1,4 +1,4 @@
-"""batch-cpu in whole milli-cores, batch-memory in whole bytes, request equal to limit.
+"""batch-cpu in whole milli-cores, batch-memory in whole bytes, request not above its limit.
 
 A batch-cpu below 100 (a tenth of a core) is allowed with a warning: it is usually meant as cores.
 """
