@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from webhook.cli.logs import setup_logging
+from webhook.cli.common import EXIT_USAGE, UsageError, run_main, setup_logging
 from webhook.cluster.files import StateFileError
 from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
 from webhook.core.durations import DurationError, parse_duration
@@ -26,11 +26,6 @@ from webhook.core.quantity import format_binary_si
 from webhook.core.thresholds import ThresholdError, parse_thresholds, parse_transition_period
 
 log = logging.getLogger("colocation-agent")
-EXIT_USAGE = 2
-
-
-class UsageError(Exception):
-    """Unusable input: printed as one line on stderr, exit code 2."""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -268,14 +263,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except UsageError as exc:
-        print(f"colocation-agent: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+    return run_main("colocation-agent", parser, argv)
 
 
 if __name__ == "__main__":

@@ -18,17 +18,13 @@ from webhook.admission.patch import apply_ops
 from webhook.admission.quota_config import QuotaConfigError, load_quota_config
 from webhook.admission.response import Decision
 from webhook.admission.review import AdmissionRequest, ReviewError, encode_response, review_from_dict
-from webhook.cli.logs import setup_logging
+from webhook.cli.common import UsageError, run_main, setup_logging
 from webhook.cluster.files import StateFileError
 from webhook.cluster.sources import LiveSourceError, build_source, describe
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 log = logging.getLogger("colocation-webhook")
-EXIT_DENIED, EXIT_USAGE = 1, 2
-
-
-class UsageError(Exception):
-    """Unusable input: printed as one line on stderr, exit code 2."""
+EXIT_DENIED = 1
 
 
 def _settings(quota_config: Path | None) -> chain.Settings:
@@ -254,14 +250,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    try:
-        return int(args.func(args))
-    except UsageError as exc:
-        print(f"colocation-webhook: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        return 130
+    return run_main("colocation-webhook", parser, argv)
 
 
 if __name__ == "__main__":
