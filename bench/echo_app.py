@@ -1,4 +1,4 @@
-"""The baseline for bench/webhook.py: a bare FastAPI handler that only echoes the uid."""
+"""The baseline for bench/webhook_load.py: a bare FastAPI handler that only echoes the uid."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 
 wrk only runs closed-loop and Debian ships no wrk2, so this is a small asyncio generator.
 Latency is measured from each request's *scheduled* send time, so a stalled server cannot hide
-its queueing (no coordinated omission). Used by bench/webhook.py (1000 rps, p99 target <= 10 ms) and
+its queueing (no coordinated omission). Used by bench/webhook_load.py (1000 rps, p99 target <= 10 ms) and
 bench/soak.py; run alone against any server:
 
     python bench/fixed_rate.py URL --ca certs/ca.crt --body review.json [--rate 1000] [--duration 10]

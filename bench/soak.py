@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.fixed_rate import run as fixed_rate  # noqa: E402
-from bench.webhook import DEFAULT_REVIEW, free_port, pinned, wait_ready  # noqa: E402
+from bench.webhook_load import DEFAULT_REVIEW, free_port, pinned, wait_ready  # noqa: E402
 
 
 def rss_kib(pid: int) -> int:

@@ -6,7 +6,7 @@ keep-alive TLS. Prints rps, p50 and p99 for both and their ratio (target: ratio 
 
 Then a fixed-rate run (bench/fixed_rate.py, open loop) at --rate rps reports p99 (target <= 10 ms on one core).
 
-    python bench/webhook.py [--duration 10] [--connections 32] [--review FILE] [--cluster-state DIR]
+    python bench/webhook_load.py [--duration 10] [--connections 32] [--review FILE] [--cluster-state DIR]
                             [--rate 1000] [--fixed-duration 10]
 """
 
