@@ -1,8 +1,12 @@
 """Explicit RFC 6902 patch building.
 
-Rules change a working copy of the object through a ``PatchBuilder``, which applies each change
-and records the operation that makes it, so the patch is exactly what the rules did: no diff
-library (slow, and it emits surprising ``move`` ops), missing parent maps added, keys escaped.
+Rules change the object through a ``PatchBuilder``, which applies each change and records the
+operation that makes it, so the patch is exactly what the rules did: no diff library (slow, and it
+emits surprising ``move`` ops), missing parent maps added, keys escaped.
+
+Copy on write: the builder never changes a map or list it did not copy itself. A write copies
+(shallowly) each container on its path the first time, so the caller's object stays as it came and
+a request costs a few small copies instead of a deep copy of the whole pod.
 """
 
 from __future__ import annotations
@@ -10,8 +14,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-# The op keeps its own copy of a map or list, so later in-place changes to the document (a later
-# rule editing a container this op added) cannot rewrite an op already recorded.
+# The op keeps its own copy of a map or list, so later changes to the document (a later rule
+# editing a container this op added) cannot rewrite an op already recorded.
 from webhook.core.strategic_merge import clone as _snapshot
 
 Path = tuple[str | int, ...]
@@ -36,28 +40,50 @@ def _get(doc: Any, path: Path) -> Any:
 
 
 class PatchBuilder:
-    """Applies changes to ``doc`` in place and records the JSON Patch operations."""
+    """Applies changes to ``doc`` (copy on write: the object passed in is never changed) and records
+    the JSON Patch operations. ``doc`` is the current document."""
 
     def __init__(self, doc: dict[str, Any]) -> None:
-        self.doc = doc
+        self.doc = dict(doc)
         self.ops: list[dict[str, Any]] = []
+        # id -> container for the copies this builder made: only these may change in place. Holding
+        # them keeps each id unique while the builder lives.
+        self._own: dict[int, Any] = {id(self.doc): self.doc}
 
     def get(self, path: Path, default: Any = None) -> Any:
         value = _get(self.doc, path)
         return default if value is _MISSING else value
 
+    def _child(self, parent: Any, key: str | int) -> Any:
+        """``parent[key]`` (a map or list), copied into ``parent`` first unless this builder made it."""
+        child = parent[key]
+        if id(child) not in self._own:
+            child = child.copy()
+            parent[key] = child
+            self._own[id(child)] = child
+        return child
+
+    def _writable(self, keys: Path) -> Any:
+        """The container at ``keys`` (every step a map or list), with each one on the way our own."""
+        cur = self.doc
+        for k in keys:
+            cur = self._child(cur, k)
+        return cur
+
     def set(self, path: Path, value: Any) -> bool:
         """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
         cur: Any = self.doc
-        try:  # fast path: every parent exists
-            for p in path[:-1]:
+        for p in path[:-1]:  # look first: an equal value costs no copy
+            if not isinstance(cur, (dict, list)):
+                break
+            try:
                 cur = cur[p]
-        except (KeyError, IndexError, TypeError):
-            cur = None
+            except (KeyError, IndexError, TypeError):
+                cur = None
+                break
         if not isinstance(cur, (dict, list)):
-            cur = self._parents(path, value)
-            if cur is None:
-                return True
+            self._parents(path, value)
+            return True
         last = path[-1]
         if isinstance(cur, dict) and last not in cur:
             op = "add"
@@ -65,13 +91,13 @@ class PatchBuilder:
             return False
         else:
             op = "replace"
-        cur[last] = value
+        self._writable(path[:-1])[last] = value
         self.ops.append({"op": op, "path": pointer(path), "value": _snapshot(value)})
         return True
 
-    def _parents(self, path: Path, value: Any) -> Any:
-        """The parent of ``path``; when one is missing, write the rest of the path as one value
-        instead (an "add" below a missing parent fails upstream) and return None."""
+    def _parents(self, path: Path, value: Any) -> None:
+        """A parent of ``path`` is missing: write the rest of the path as one value instead (an "add"
+        below a missing parent fails upstream)."""
         cur: Any = self.doc
         for i, p in enumerate(path[:-1]):
             nxt = cur.get(p) if isinstance(cur, dict) else (cur[p] if isinstance(cur, list) else None)
@@ -82,18 +108,16 @@ class PatchBuilder:
                 op = "replace" if isinstance(cur, dict) and p in cur else "add"
                 cur[p] = nested
                 self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": _snapshot(nested)})
-                return None
-            cur = nxt
-        return cur
+                return
+            cur = self._child(cur, p)
 
     def remove(self, path: Path) -> bool:
         parent = _get(self.doc, path[:-1])
-        if isinstance(parent, dict) and path[-1] in parent:
-            del parent[path[-1]]
-        elif isinstance(parent, list) and isinstance(path[-1], int) and 0 <= path[-1] < len(parent):
-            del parent[path[-1]]
-        else:
+        last = path[-1]
+        if not (isinstance(parent, dict) and last in parent
+                or isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
             return False
+        del self._writable(path[:-1])[last]
         self.ops.append({"op": "remove", "path": pointer(path)})
         return True
 
@@ -104,15 +128,20 @@ class PatchBuilder:
         last = path[-1]
         if isinstance(parent, dict) and last in parent or (
                 isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
-            self._merge_into(parent, last, path, new)
+            if parent[last] is not new:
+                self._merge_into(self._writable(path[:-1]), last, path, new)
         else:
             self.set(path, new)
 
     def _merge_into(self, parent: Any, key: str | int, path: Path, new: Any) -> None:
+        """``parent`` is our own; ``parent[key]`` is copied only once something below it changes."""
         old = parent[key]
         if old is new:  # shared, untouched subtree of a copy-on-write result
             return
         if isinstance(old, dict) and isinstance(new, dict):
+            if all(k in new for k in old) and all(k in old and old[k] is v for k, v in new.items()):
+                return  # a fresh map holding the very same values: nothing to write
+            old = self._child(parent, key)
             for k in [k for k in old if k not in new]:
                 del old[k]
                 self.ops.append({"op": "remove", "path": pointer(path + (k,))})
@@ -125,6 +154,9 @@ class PatchBuilder:
                     self.ops.append({"op": "add", "path": pointer(path + (k,)), "value": _snapshot(v)})
             return
         if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            if all(a is b for a, b in zip(old, new)):
+                return
+            old = self._child(parent, key)
             for i, v in enumerate(new):
                 self._merge_into(old, i, path + (i,), v)
             return
