@@ -8,6 +8,7 @@ audit annotations to ``ctx.decision``, and returns a denial Decision or None to 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -58,8 +59,18 @@ class Context:
         return meta.get("name") or self.request.name or meta.get("generateName") or "Unknown"
 
     def note(self, rule: str, text: str) -> None:
+        """An ``--explain`` line. Callers building costly text check ``ctx.explain is not None`` first."""
         if self.explain is not None:
             self.explain.append(f"[{rule}] {text}")
+
+    def memo(self, key: str, compute: Callable[[], Any]) -> Any:
+        """``facts[key]``, computed on first use, so rules share one pass over the pod. Only for
+        values of the object as it came (the validating chain): mutating rules change the pod."""
+        try:
+            return self.facts[key]
+        except KeyError:
+            value = self.facts[key] = compute()
+            return value
 
 
 class MutatingRule(Protocol):

@@ -65,22 +65,25 @@ class PatchBuilder:
 
     def _writable(self, keys: Path) -> Any:
         """The container at ``keys`` (every step a map or list), with each one on the way our own."""
+        own = self._own
         cur = self.doc
-        for k in keys:
-            cur = self._child(cur, k)
+        for k in keys:  # _child inlined: this runs for every op
+            child = cur[k]
+            if id(child) not in own:
+                child = child.copy()
+                cur[k] = child
+                own[id(child)] = child
+            cur = child
         return cur
 
     def set(self, path: Path, value: Any) -> bool:
         """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
         cur: Any = self.doc
-        for p in path[:-1]:  # look first: an equal value costs no copy
-            if not isinstance(cur, (dict, list)):
-                break
-            try:
+        try:  # look first: an equal value costs no copy
+            for p in path[:-1]:
                 cur = cur[p]
-            except (KeyError, IndexError, TypeError):
-                cur = None
-                break
+        except (KeyError, IndexError, TypeError):
+            cur = None
         if not isinstance(cur, (dict, list)):
             self._parents(path, value)
             return True
