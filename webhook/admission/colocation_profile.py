@@ -81,7 +81,8 @@ def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
     changed = _summary(ctx.patch.ops[before:])
     ctx.decision.audit_annotations[NAME] = f"applied {', '.join(names)}: {changed}"
     ctx.decision.warn(_short(names, res.pod))
-    ctx.note(NAME, f"applied {', '.join(names)} in {res.passes} pass(es): {changed}")
+    if ctx.explain is not None:
+        ctx.note(NAME, f"applied {', '.join(names)} in {res.passes} pass(es): {changed}")
     return None
 
 

@@ -12,6 +12,7 @@ a request costs a few small copies instead of a deep copy of the whole pod.
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import is_not
 from typing import Any
 
 # The op keeps its own copy of a map or list, so later changes to the document (a later rule
@@ -142,22 +143,24 @@ class PatchBuilder:
         if old is new:  # shared, untouched subtree of a copy-on-write result
             return
         if isinstance(old, dict) and isinstance(new, dict):
-            if all(k in new for k in old) and all(k in old and old[k] is v for k, v in new.items()):
+            removed = [k for k in old if k not in new]
+            changed = [k for k, v in new.items() if old.get(k, _MISSING) is not v]
+            if not removed and not changed:
                 return  # a fresh map holding the very same values: nothing to write
             old = self._child(parent, key)
-            for k in [k for k in old if k not in new]:
+            for k in removed:
                 del old[k]
                 self.ops.append({"op": "remove", "path": pointer(path + (k,))})
-            for k, v in new.items():
+            for k in changed:
+                v = new[k]
                 if k in old:
-                    if old[k] is not v:
-                        self._merge_into(old, k, path + (k,), v)
+                    self._merge_into(old, k, path + (k,), v)
                 else:
                     old[k] = v
                     self.ops.append({"op": "add", "path": pointer(path + (k,)), "value": _snapshot(v)})
             return
         if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-            if all(a is b for a, b in zip(old, new)):
+            if not any(map(is_not, old, new)):
                 return
             old = self._child(parent, key)
             for i, v in enumerate(new):

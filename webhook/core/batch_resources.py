@@ -102,7 +102,8 @@ def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -
         values = resources.get(kind)
         if isinstance(values, dict):
             out[kind], converted = convert_list(values, cpu_name, mem_name)
-            done.extend(f"{kind}.{n}" for n in converted)
+            for n in converted:
+                done.append(f"{kind}.{n}")
     limits = out.get("limits")
     if isinstance(limits, dict):
         for name in (cpu_name, mem_name):
@@ -166,7 +167,9 @@ def encode_extended_resource_spec(value: dict[str, Any]) -> str:
 def same_extended_resource_spec(text: Any, wanted: dict[str, Any]) -> bool:
     """Whether the annotation ``text`` (None: absent) already says ``wanted``, comparing quantities
     by value as Koordinator compares the parsed specs."""
-    current = parse_extended_resource_spec(text) if text is not None else {}
+    if text is None:  # absent: the same only when nothing is wanted (an empty spec parses back as {})
+        return not wanted
+    current = parse_extended_resource_spec(text)
     return current is not None and current == parse_extended_resource_spec(encode_extended_resource_spec(wanted))
 
 
