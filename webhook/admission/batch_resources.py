@@ -69,12 +69,13 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
     for path, new, _done in changes:
         # One explicit op per converted ResourceList (the whole list replaced): the same change as
         # remove-cpu/add-batch-cpu pairs, in a quarter of the ops.
+        # convert_list builds these maps afresh (sharing nothing with the pod): no copy for the ops.
         if path[-1] == "overhead":
-            ctx.patch.set(path, new)
+            ctx.patch.set(path, new, fresh=True)
         else:
             for kind in ("requests", "limits"):
                 if kind in new:
-                    ctx.patch.set(path + (kind,), new[kind])
+                    ctx.patch.set(path + (kind,), new[kind], fresh=True)
         where.append(_where(spec, path))  # names only: ``spec`` may be the pod before these writes
     cpu_name, mem_name = targets
     summary = f"cpu/memory -> {cpu_name}/{mem_name.rsplit('/', 1)[-1]} ({band} {priority}) in {', '.join(where)}"

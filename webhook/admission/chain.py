@@ -133,8 +133,9 @@ def _run(rules: tuple[Any, ...], method: str, request: AdmissionRequest, state: 
 
 def _may_cancel(ops: list[dict[str, Any]]) -> bool:
     """Whether some op touches a path another op touched (the only way ops can cancel out).
-    In sorted order a path is followed by the paths it is a prefix of, so neighbours suffice."""
-    paths = sorted([op["path"] for op in ops])
+    With "/" appended, a path is a text prefix exactly of itself and the paths below it (not
+    /spec/priority of /spec/priorityClassName), and in sorted order those follow it: neighbours suffice."""
+    paths = sorted([op["path"] + "/" for op in ops])
     return any(map(str.startswith, paths[1:], paths))  # b.startswith(a) for neighbours a, b
 
 

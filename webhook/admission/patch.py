@@ -15,9 +15,7 @@ from functools import lru_cache
 from operator import is_not
 from typing import Any
 
-# The op keeps its own copy of a map or list, so later changes to the document (a later rule
-# editing a container this op added) cannot rewrite an op already recorded.
-from webhook.core.strategic_merge import clone as _snapshot
+from webhook.core.strategic_merge import clone
 
 Path = tuple[str | int, ...]
 _MISSING = object()
@@ -26,6 +24,13 @@ _MISSING = object()
 @lru_cache(maxsize=8192)  # rules write the same few paths on every request
 def pointer(path: Path) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _snapshot(value: Any) -> Any:
+    """What an op records: its own copy of a map or list the caller gave, so nothing the caller does
+    later, and no container of the document the value may share, can rewrite a recorded op.
+    (The builder itself never changes a value it was given: it copies on write.)"""
+    return clone(value) if isinstance(value, (dict, list)) else value
 
 
 def _get(doc: Any, path: Path) -> Any:
@@ -50,6 +55,9 @@ class PatchBuilder:
         # id -> container for the copies this builder made: only these may change in place. Holding
         # them keeps each id unique while the builder lives.
         self._own: dict[int, Any] = {id(self.doc): self.doc}
+        # (parent path, parent) of the last set(): rules write several keys of one map in a row
+        # (requests then limits), and those skip both walks. Any other change clears it.
+        self._last: tuple[Path, Any] | None = None
 
     def get(self, path: Path, default: Any = None) -> Any:
         value = _get(self.doc, path)
@@ -77,17 +85,27 @@ class PatchBuilder:
             cur = child
         return cur
 
-    def set(self, path: Path, value: Any) -> bool:
-        """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
-        cur: Any = self.doc
-        try:  # look first: an equal value costs no copy
-            for p in path[:-1]:
-                cur = cur[p]
-        except (KeyError, IndexError, TypeError):
-            cur = None
-        if not isinstance(cur, (dict, list)):
-            self._parents(path, value)
-            return True
+    def set(self, path: Path, value: Any, fresh: bool = False) -> bool:
+        """Set ``path`` to ``value``, creating missing parent maps; False when already equal.
+
+        ``fresh``: the caller built ``value`` for this call (no map or list in it comes from the
+        document) and will not change it later, so the op records it as is instead of a copy.
+        """
+        parent_path = path[:-1]
+        last_set = self._last
+        ours = last_set is not None and last_set[0] == parent_path
+        if ours:
+            cur: Any = last_set[1]  # type: ignore[index]
+        else:
+            cur = self.doc
+            try:  # look first: an equal value costs no copy
+                for p in parent_path:
+                    cur = cur[p]
+            except (KeyError, IndexError, TypeError):
+                cur = None
+            if not isinstance(cur, (dict, list)):
+                self._parents(path, value, fresh)
+                return True
         last = path[-1]
         if isinstance(cur, dict) and last not in cur:
             op = "add"
@@ -95,13 +113,17 @@ class PatchBuilder:
             return False
         else:
             op = "replace"
-        self._writable(path[:-1])[last] = value
-        self.ops.append({"op": op, "path": pointer(path), "value": _snapshot(value)})
+        if not ours:
+            cur = self._writable(parent_path)
+            self._last = (parent_path, cur)
+        cur[last] = value
+        self.ops.append({"op": op, "path": pointer(path), "value": value if fresh else _snapshot(value)})
         return True
 
-    def _parents(self, path: Path, value: Any) -> None:
+    def _parents(self, path: Path, value: Any, fresh: bool) -> None:
         """A parent of ``path`` is missing: write the rest of the path as one value instead (an "add"
         below a missing parent fails upstream)."""
+        self._last = None
         cur: Any = self.doc
         for i, p in enumerate(path[:-1]):
             nxt = cur.get(p) if isinstance(cur, dict) else (cur[p] if isinstance(cur, list) else None)
@@ -111,7 +133,10 @@ class PatchBuilder:
                     nested = {q: nested}
                 op = "replace" if isinstance(cur, dict) and p in cur else "add"
                 cur[p] = nested
-                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": _snapshot(nested)})
+                # The maps around ``value`` are new, made here: only the caller's value may need a copy.
+                if isinstance(value, (dict, list)) and not fresh:
+                    nested = _snapshot(nested)
+                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": nested})
                 return
             cur = self._child(cur, p)
 
@@ -121,6 +146,7 @@ class PatchBuilder:
         if not (isinstance(parent, dict) and last in parent
                 or isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
             return False
+        self._last = None
         del self._writable(path[:-1])[last]
         self.ops.append({"op": "remove", "path": pointer(path)})
         return True
@@ -133,6 +159,7 @@ class PatchBuilder:
         if isinstance(parent, dict) and last in parent or (
                 isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
             if parent[last] is not new:
+                self._last = None
                 self._merge_into(self._writable(path[:-1]), last, path, new)
         else:
             self.set(path, new)

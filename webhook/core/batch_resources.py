@@ -32,6 +32,7 @@ from webhook.core.resources import (
     MID_MEMORY,
     iter_containers,
 )
+from webhook.core.strategic_merge import clone
 
 EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
 TARGETS: dict[str, tuple[str, str]] = {KOORD_BATCH: (BATCH_CPU, BATCH_MEMORY), KOORD_MID: (MID_CPU, MID_MEMORY)}
@@ -78,6 +79,8 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[
 
     The converted key takes the native key's place (an existing extended value is overwritten,
     as Koordinator does). An unparsable quantity is left alone for the validating rules to report.
+    The result shares no map or list with ``values`` (a malformed value is copied), so a patch op
+    may hold it as it is.
     """
     out: dict[str, Any] = {}
     done: list[str] = []
@@ -86,11 +89,11 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[
             try:
                 out[cpu_name if name == CPU else mem_name] = _converted(raw, name == CPU)
             except (QuantityError, TypeError):  # TypeError: an unhashable (list/map) value
-                out[name] = raw
+                out[name] = clone(raw)
                 continue
             done.append(name)
         elif name not in out:
-            out[name] = raw
+            out[name] = clone(raw) if isinstance(raw, (dict, list)) else raw
     return out, done
 
 
