@@ -24,7 +24,8 @@ def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
     errors, warnings = unit_problems(spec, ctx.memo(FACT_RESOURCE_LISTS, lambda: resource_lists(spec)))
     for text in warnings:
         ctx.decision.warn(text)
-        ctx.note(NAME, f"warning: {text}")
+        if ctx.explain is not None:
+            ctx.note(NAME, f"warning: {text}")
     if errors:
         return denied(aggregate(errors), rule=NAME)
     if warnings:

@@ -29,6 +29,7 @@ BATCH_MEMORY_WHOLE = ("kubernetes.io/batch-memory counts bytes and must be a who
                       "write 512Mi or 536870912 for half a gibibyte")
 NEGATIVE = "must be greater than or equal to 0"  # upstream ValidateNonnegativeQuantity
 SMALL_BATCH_CPU = 100  # below a tenth of a core: almost certainly meant as cores
+_ABSENT = object()
 
 
 def _cacheable(raw: object) -> bool:
@@ -80,24 +81,23 @@ def _shown(raw: object) -> str:
     return raw if isinstance(raw, str) else str(raw)
 
 
-def _batch_quantity_uncached(name: str, raw: object) -> tuple[str | None, Decimal | None, bool]:
-    """(what is wrong or None, the value, whether a batch-cpu is suspiciously small) for one batch quantity."""
+def _batch_quantity_uncached(name: str, raw: object) -> tuple[str | None, Decimal | None, str | None]:
+    """(what is wrong or None, the value, the small-batch-cpu warning after its owner or None)."""
     try:
         q = parse_quantity(raw)
     except QuantityError as exc:
-        return str(exc), None, False
+        return str(exc), None, None
     if q < 0:
-        return NEGATIVE, None, False
+        return NEGATIVE, None, None
     if not is_whole(q):
-        return (BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE), None, False
-    return None, q, name == BATCH_CPU and 0 < q < SMALL_BATCH_CPU
+        return (BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE), None, None
+    small = None
+    if name == BATCH_CPU and 0 < q < SMALL_BATCH_CPU:
+        small = f'batch-cpu "{_shown(raw)}" is {int(q)} milli-cores, under a tenth of a core; did you mean {int(q)}k?'
+    return None, q, small
 
 
 _batch_quantity_cached = lru_cache(maxsize=4096, typed=True)(_batch_quantity_uncached)
-
-
-def _batch_quantity(name: str, raw: object) -> tuple[str | None, Decimal | None, bool]:
-    return _batch_quantity_cached(name, raw) if _cacheable(raw) else _batch_quantity_uncached(name, raw)
 
 
 def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> tuple[list[str], list[str]]:
@@ -108,30 +108,33 @@ def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None)
     """
     errors: list[str] = []
     warnings: list[str] = []
-    # (field, index, name) -> kind -> (raw, value): one entry per resources block and batch resource
-    given: dict[tuple[str, int, str], dict[str, tuple[object, Decimal]]] = {}
+    # (field, index, name) -> (raw, value), per kind: one entry per resources block and batch resource
+    requests: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
+    limits: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
     for owner, field, index, kind, values in resource_lists(spec) if lists is None else lists:
         for name in BATCH_RESOURCES:
-            if name not in values:
+            raw = values.get(name, _ABSENT)
+            if raw is _ABSENT:
                 continue
-            raw = values[name]
-            problem, q, small = _batch_quantity(name, raw)
+            problem, q, small = (_batch_quantity_cached if _cacheable(raw) else _batch_quantity_uncached)(name, raw)
             if problem is not None:
                 errors.append(invalid(f"{resource_list_path(field, index, kind)}[{name}]", _shown(raw), problem))
                 continue
-            if small:
-                text = (f'{owner}: batch-cpu "{_shown(raw)}" is {int(q)} milli-cores, under a tenth '  # type: ignore[arg-type]
-                        f"of a core; did you mean {int(q)}k?")  # type: ignore[arg-type]
+            if small is not None:
+                text = f"{owner}: {small}"
                 if text not in warnings:  # requests and limits usually say the same
                     warnings.append(text)
-            given.setdefault((field, index, name), {})[kind] = (raw, q)  # type: ignore[assignment]
+            if kind == "requests":
+                requests[(field, index, name)] = (raw, q)  # type: ignore[assignment]
+            elif kind == "limits":
+                limits[(field, index, name)] = (raw, q)  # type: ignore[assignment]
     # A request may not exceed its limit. kubernetes.io/batch-* are prefixed native resources, which
     # the apiserver lets a pod overcommit (request <= limit, upstream's text, kubernetes.md §5.3), and
     # Koordinator's own conversion of a Burstable pod (500m/1 -> 500/1000) relies on it: demanding
     # request == limit would deny the mutating chain's own output.
-    for (field, index, name), kinds in given.items():
-        if "requests" in kinds and "limits" in kinds and kinds["requests"][1] > kinds["limits"][1]:
-            base = resource_list_path(field, index, "requests")
-            errors.append(invalid(base, _shown(kinds["requests"][0]),
-                                  f"must be less than or equal to {name} limit of {_shown(kinds['limits'][0])}"))
+    for (field, index, name), (raw, q) in requests.items():
+        limit = limits.get((field, index, name))
+        if limit is not None and q > limit[1]:
+            errors.append(invalid(resource_list_path(field, index, "requests"), _shown(raw),
+                                  f"must be less than or equal to {name} limit of {_shown(limit[0])}"))
     return errors, warnings
