@@ -126,17 +126,18 @@ def _run(rules: tuple[Any, ...], method: str, request: AdmissionRequest, state: 
             return verdict
     # Ops of different rules can cancel out (a profile's patch adds cpu, batch-resources removes
     # it); a patch that leaves the object as it was is no patch, so a reinvocation stays a no-op.
+    # pod == obj first: copy on write shares every untouched subtree, so it is the cheap test.
+    # _may_cancel keeps a patch that only changes a number's type (1 -> 1.0 compares equal).
     ops = ctx.patch.ops
-    decision.patch = [] if mutate and ops and _may_cancel(ops) and pod == obj else ops
+    decision.patch = [] if mutate and ops and pod == obj and _may_cancel(ops) else ops
     return decision
 
 
 def _may_cancel(ops: list[dict[str, Any]]) -> bool:
     """Whether some op touches a path another op touched (the only way ops can cancel out).
-    With "/" appended, a path is a text prefix exactly of itself and the paths below it (not
-    /spec/priority of /spec/priorityClassName), and in sorted order those follow it: neighbours suffice."""
-    paths = sorted([op["path"] + "/" for op in ops])
-    return any(map(str.startswith, paths[1:], paths))  # b.startswith(a) for neighbours a, b
+    In sorted order a path is followed by the paths it is a prefix of, so neighbours suffice."""
+    paths = sorted(op["path"] for op in ops)
+    return any(b.startswith(a) for a, b in zip(paths, paths[1:]))
 
 
 def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,

@@ -33,6 +33,13 @@ def _snapshot(value: Any) -> Any:
     return clone(value) if isinstance(value, (dict, list)) else value
 
 
+def _differs(old: Any, new: Any) -> bool:
+    """Whether ``_merge_into`` may write something for these values: not the same object, and a map
+    or list (it looks inside) or a different value or type (its "replace" test)."""
+    return old is not new and (isinstance(old, (dict, list)) or isinstance(new, (dict, list))
+                               or old != new or type(old) is not type(new))
+
+
 def _get(doc: Any, path: Path) -> Any:
     cur = doc
     try:
@@ -171,9 +178,10 @@ class PatchBuilder:
             return
         if isinstance(old, dict) and isinstance(new, dict):
             removed = [k for k in old if k not in new]
-            changed = [k for k, v in new.items() if old.get(k, _MISSING) is not v]
+            # ``is not`` inline first: most values of a copy-on-write result are the very same objects
+            changed = [k for k, v in new.items() if (o := old.get(k, _MISSING)) is not v and _differs(o, v)]
             if not removed and not changed:
-                return  # a fresh map holding the very same values: nothing to write
+                return  # a fresh map holding equal values: nothing to write, nothing to copy
             old = self._child(parent, key)
             for k in removed:
                 del old[k]
