@@ -80,3 +80,24 @@ def test_later_write_below_an_added_value_keeps_the_op() -> None:
     pb.set(("spec", "containers", 0, "image"), "busybox")
     assert pb.ops[0] == {"op": "add", "path": "/spec/containers", "value": [{"name": "a", "env": []}]}
     assert value == {"containers": [{"name": "a", "env": []}]}  # the caller's value is not changed either
+
+
+def _deep(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("nested deeper than orjson writes", _deep(300)),
+    ("integer beyond 64 bits", 10**30),
+])
+def test_mutate_refuses_an_object_it_could_not_write_back(name: str, extra: object) -> None:
+    from tests.mutating import pod
+
+    p = pod()
+    p["spec"]["extra"] = extra
+    decision = chain.mutate(request(p), make_state(), chain.Settings())
+    assert (decision.allowed, decision.code) == (False, 400), name
+    assert decision.message == "request.object is nested too deeply (more than 255 levels)"
