@@ -7,6 +7,7 @@ from a reinvocation unchanged. What matched goes to ``ctx.facts`` for the batch-
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from webhook.admission.response import Decision, forbidden
@@ -105,14 +106,20 @@ def _short(names: list[str], pod: dict[str, Any]) -> str:
     return text + (": " + ", ".join(extra) if extra else "")
 
 
+@lru_cache(maxsize=1024)  # profiles write the same few paths on every request
+def _field(pointer: str) -> str:
+    """A patch path as the summary names it: ``/metadata/labels/a~1b`` -> ``a/b``."""
+    path = pointer.replace("~1", "/").replace("~0", "~")
+    for prefix in ("/metadata/labels/", "/metadata/annotations/", "/spec/", "/metadata/"):
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return path
+
+
 def _summary(ops: list[dict[str, Any]]) -> str:
     paths = []
     for op in ops:
-        path = op["path"].replace("~1", "/").replace("~0", "~")
-        for prefix in ("/metadata/labels/", "/metadata/annotations/", "/spec/", "/metadata/"):
-            if path.startswith(prefix):
-                path = path[len(prefix):]
-                break
+        path = _field(op["path"])
         if op["op"] == "remove":
             path = "-" + path
         elif not isinstance(op.get("value"), (dict, list)):
