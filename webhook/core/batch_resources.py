@@ -57,11 +57,17 @@ def to_bytes(q: Decimal) -> int:
     return int_value(q)
 
 
+# One cache per direction: a single-argument lru key is the argument itself (no key tuple per call).
 @lru_cache(maxsize=4096)
-def _converted(raw: Any, cpu: bool) -> str:
-    """The whole milli-cores (cpu) or bytes (memory) of a raw quantity, as a string (QuantityError)."""
-    q = parse_quantity(raw)
-    return str(to_milli_cores(q) if cpu else to_bytes(q))
+def _milli_cores_text(raw: Any) -> str:
+    """The whole milli-cores of a raw cpu quantity, as a string (QuantityError)."""
+    return str(to_milli_cores(parse_quantity(raw)))
+
+
+@lru_cache(maxsize=4096)
+def _bytes_text(raw: Any) -> str:
+    """The whole bytes of a raw memory quantity, as a string (QuantityError)."""
+    return str(to_bytes(parse_quantity(raw)))
 
 
 @lru_cache(maxsize=4096)
@@ -85,9 +91,12 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[
     out: dict[str, Any] = {}
     done: list[str] = []
     for name, raw in values.items():
-        if name in (CPU, MEMORY):
+        if name == CPU or name == MEMORY:
             try:
-                out[cpu_name if name == CPU else mem_name] = _converted(raw, name == CPU)
+                if name == CPU:
+                    out[cpu_name] = _milli_cores_text(raw)
+                else:
+                    out[mem_name] = _bytes_text(raw)
             except (QuantityError, TypeError):  # TypeError: an unhashable (list/map) value
                 out[name] = clone(raw)
                 continue
@@ -109,10 +118,12 @@ def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -
                 done.append(f"{kind}.{n}")
     limits = out.get("limits")
     if isinstance(limits, dict):
+        requests = out.get("requests")
+        if not isinstance(requests, dict):
+            requests = None
         for name in (cpu_name, mem_name):
-            requests = out.get("requests")
-            if name in limits and not (isinstance(requests, dict) and name in requests):
-                out["requests"] = {**(requests if isinstance(requests, dict) else {}), name: limits[name]}
+            if name in limits and not (requests is not None and name in requests):
+                requests = out["requests"] = {**(requests or {}), name: limits[name]}
                 done.append(f"requests.{name} = limit")
     return out, done
 
