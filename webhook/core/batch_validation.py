@@ -7,7 +7,7 @@ milli-cores as a whole number ("1k" is one core) and batch-memory whole bytes.
 from __future__ import annotations
 
 from decimal import Decimal
-from functools import lru_cache
+from functools import lru_cache, partial
 from typing import Any
 
 from webhook.core.fielderrors import invalid
@@ -33,10 +33,9 @@ _ABSENT = object()
 
 
 def _cacheable(raw: object) -> bool:
-    """Worth a cache entry: a number or a short text (every real quantity; a huge string in a hostile
-    review must not sit in a cache). bool is left out: it is no quantity, and True == 1 would share a key."""
-    t = type(raw)
-    return t is str and len(raw) <= 64 or t is int or t is float  # type: ignore[arg-type]
+    """Worth a cache entry: a short text, as the apiserver writes every quantity (a huge string in a
+    hostile review must not sit in a cache). Numbers are not: True == 1 == 1.0 would share a key."""
+    return type(raw) is str and len(raw) <= 64  # type: ignore[arg-type]
 
 
 def _asks_uncached(raw: object) -> bool:
@@ -47,13 +46,12 @@ def _asks_uncached(raw: object) -> bool:
         return True
 
 
-# Pods repeat the same few quantity texts; typed, so 1 and 1.0 keep their own entries.
-_asks_cached = lru_cache(maxsize=4096, typed=True)(_asks_uncached)
+# Pods repeat the same few quantity texts. One argument, a str: the cache key is the text itself.
+_asks_cached = lru_cache(maxsize=4096)(_asks_uncached)
 
 
 def _asks(raw: object) -> bool:
-    t = type(raw)  # _cacheable inlined: this runs for every cpu/memory quantity of every pod
-    return _asks_cached(raw) if t is str and len(raw) <= 64 or t is int or t is float else _asks_uncached(raw)  # type: ignore[arg-type]
+    return _asks_cached(raw) if _cacheable(raw) else _asks_uncached(raw)
 
 
 def mixing_error(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> str | None:
@@ -98,7 +96,9 @@ def _batch_quantity_uncached(name: str, raw: object) -> tuple[str | None, Decima
     return None, q, small
 
 
-_batch_quantity_cached = lru_cache(maxsize=4096, typed=True)(_batch_quantity_uncached)
+# One cache per resource name, so the key is the quantity text itself (see _asks_cached).
+_BATCH_QUANTITY_CACHED = {name: lru_cache(maxsize=4096)(partial(_batch_quantity_uncached, name))
+                          for name in BATCH_RESOURCES}
 
 
 def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> tuple[list[str], list[str]]:
@@ -117,7 +117,10 @@ def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None)
             raw = values.get(name, _ABSENT)
             if raw is _ABSENT:
                 continue
-            problem, q, small = (_batch_quantity_cached if _cacheable(raw) else _batch_quantity_uncached)(name, raw)
+            if _cacheable(raw):
+                problem, q, small = _BATCH_QUANTITY_CACHED[name](raw)
+            else:
+                problem, q, small = _batch_quantity_uncached(name, raw)
             if problem is not None:
                 errors.append(invalid(f"{resource_list_path(field, index, kind)}[{name}]", _shown(raw), problem))
                 continue
