@@ -10,9 +10,10 @@ from __future__ import annotations
 from webhook.admission.response import Decision, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.batch_validation import mixing_error
-from webhook.core.resources import pod_shape_error
+from webhook.core.resources import pod_shape_error, resource_lists
 
 NAME = "batch-mixing"
+FACT_RESOURCE_LISTS = "resource_lists"  # core.resources.resource_lists of the pod, shared with batch-units
 
 
 def handles(request: AdmissionRequest) -> bool:
@@ -26,7 +27,8 @@ def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
         shape = None if old is None else f"oldObject.{old}"
     if shape is not None:
         return denied(shape, rule=NAME, code=400, reason="BadRequest")
-    message = mixing_error(ctx.pod["spec"])
+    spec = ctx.pod["spec"]
+    message = mixing_error(spec, ctx.memo(FACT_RESOURCE_LISTS, lambda: resource_lists(spec)))
     if message is not None:
         return denied(message, rule=NAME)
     ctx.note(NAME, "containers, init containers and overhead: batch and native cpu/memory not mixed")

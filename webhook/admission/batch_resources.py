@@ -69,20 +69,22 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
     for path, new, _done in changes:
         # One explicit op per converted ResourceList (the whole list replaced): the same change as
         # remove-cpu/add-batch-cpu pairs, in a quarter of the ops.
+        # convert_list builds these maps afresh (sharing nothing with the pod): no copy for the ops.
         if path[-1] == "overhead":
-            ctx.patch.set(path, new)
+            ctx.patch.set(path, new, fresh=True)
         else:
             for kind in ("requests", "limits"):
                 if kind in new:
-                    ctx.patch.set(path + (kind,), new[kind])
-        where.append(_where(spec, path))
+                    ctx.patch.set(path + (kind,), new[kind], fresh=True)
+        where.append(_where(spec, path))  # names only: ``spec`` may be the pod before these writes
     cpu_name, mem_name = targets
     summary = f"cpu/memory -> {cpu_name}/{mem_name.rsplit('/', 1)[-1]} ({band} {priority}) in {', '.join(where)}"
     ctx.decision.audit_annotations[NAME] = summary
     ctx.decision.warn(f"converted cpu/memory to {cpu_name}/{mem_name.rsplit('/', 1)[-1]} in {len(where)} "
                       f"place(s) ({band} priority {priority})")
-    for path, _new, done in changes:
-        ctx.note(NAME, f"{_where(spec, path)}: converted {', '.join(done)}")
+    if ctx.explain is not None:
+        for text, (_path, _new, done) in zip(where, changes):
+            ctx.note(NAME, f"{text}: converted {', '.join(done)}")
 
 
 def _where(spec: dict, path: tuple) -> str:  # type: ignore[type-arg]
@@ -102,4 +104,5 @@ def _write_spec_annotation(ctx) -> None:  # type: ignore[no-untyped-def]
         return
     text = encode_extended_resource_spec(wanted)
     ctx.patch.set(("metadata", "annotations", EXTENDED_RESOURCE_SPEC), text)
-    ctx.note(NAME, f"annotation {EXTENDED_RESOURCE_SPEC}={text}")
+    if ctx.explain is not None:
+        ctx.note(NAME, f"annotation {EXTENDED_RESOURCE_SPEC}={text}")

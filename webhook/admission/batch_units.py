@@ -5,10 +5,12 @@ A batch-cpu below 100 (a tenth of a core) is allowed with a warning: it is usual
 
 from __future__ import annotations
 
+from webhook.admission.batch_mixing import FACT_RESOURCE_LISTS
 from webhook.admission.response import Decision, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.batch_validation import unit_problems
 from webhook.core.fielderrors import aggregate
+from webhook.core.resources import resource_lists
 
 NAME = "batch-units"
 
@@ -18,10 +20,12 @@ def handles(request: AdmissionRequest) -> bool:
 
 
 def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
-    errors, warnings = unit_problems(ctx.pod.get("spec") or {})
+    spec = ctx.pod.get("spec") or {}
+    errors, warnings = unit_problems(spec, ctx.memo(FACT_RESOURCE_LISTS, lambda: resource_lists(spec)))
     for text in warnings:
         ctx.decision.warn(text)
-        ctx.note(NAME, f"warning: {text}")
+        if ctx.explain is not None:
+            ctx.note(NAME, f"warning: {text}")
     if errors:
         return denied(aggregate(errors), rule=NAME)
     if warnings:

@@ -7,6 +7,7 @@ from a reinvocation unchanged. What matched goes to ``ctx.facts`` for the batch-
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Any
 
 from webhook.admission.response import Decision, forbidden
@@ -81,7 +82,8 @@ def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
     changed = _summary(ctx.patch.ops[before:])
     ctx.decision.audit_annotations[NAME] = f"applied {', '.join(names)}: {changed}"
     ctx.decision.warn(_short(names, res.pod))
-    ctx.note(NAME, f"applied {', '.join(names)} in {res.passes} pass(es): {changed}")
+    if ctx.explain is not None:
+        ctx.note(NAME, f"applied {', '.join(names)} in {res.passes} pass(es): {changed}")
     return None
 
 
@@ -104,14 +106,20 @@ def _short(names: list[str], pod: dict[str, Any]) -> str:
     return text + (": " + ", ".join(extra) if extra else "")
 
 
+@lru_cache(maxsize=1024)  # profiles write the same few paths on every request
+def _field(pointer: str) -> str:
+    """A patch path as the summary names it: ``/metadata/labels/a~1b`` -> ``a/b``."""
+    path = pointer.replace("~1", "/").replace("~0", "~")
+    for prefix in ("/metadata/labels/", "/metadata/annotations/", "/spec/", "/metadata/"):
+        if path.startswith(prefix):
+            return path[len(prefix):]
+    return path
+
+
 def _summary(ops: list[dict[str, Any]]) -> str:
     paths = []
     for op in ops:
-        path = op["path"].replace("~1", "/").replace("~0", "~")
-        for prefix in ("/metadata/labels/", "/metadata/annotations/", "/spec/", "/metadata/"):
-            if path.startswith(prefix):
-                path = path[len(prefix):]
-                break
+        path = _field(op["path"])
         if op["op"] == "remove":
             path = "-" + path
         elif not isinstance(op.get("value"), (dict, list)):

@@ -28,8 +28,9 @@ def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
     errors += pod_errors(ctx.pod)
     if errors:
         return denied(aggregate(errors), rule=NAME)
-    ctx.note(NAME, f"qosClass={koord_qos_class(ctx.pod) or '<none>'}, "
-                   f"priorityClass={koord_priority_class(ctx.pod) or '<none>'}: allowed"
-                   + (" (QoS class, priority class and sub-priority unchanged)" if ctx.request.operation == "UPDATE"
-                      else ""))
+    if ctx.explain is not None:
+        ctx.note(NAME, f"qosClass={koord_qos_class(ctx.pod) or '<none>'}, "
+                       f"priorityClass={koord_priority_class(ctx.pod) or '<none>'}: allowed"
+                       + (" (QoS class, priority class and sub-priority unchanged)"
+                          if ctx.request.operation == "UPDATE" else ""))
     return None

@@ -1,18 +1,21 @@
 """Explicit RFC 6902 patch building.
 
-Rules change a working copy of the object through a ``PatchBuilder``, which applies each change
-and records the operation that makes it, so the patch is exactly what the rules did: no diff
-library (slow, and it emits surprising ``move`` ops), missing parent maps added, keys escaped.
+Rules change the object through a ``PatchBuilder``, which applies each change and records the
+operation that makes it, so the patch is exactly what the rules did: no diff library (slow, and it
+emits surprising ``move`` ops), missing parent maps added, keys escaped.
+
+Copy on write: the builder never changes a map or list it did not copy itself. A write copies
+(shallowly) each container on its path the first time, so the caller's object stays as it came and
+a request costs a few small copies instead of a deep copy of the whole pod.
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
+from operator import is_not
 from typing import Any
 
-# The op keeps its own copy of a map or list, so later in-place changes to the document (a later
-# rule editing a container this op added) cannot rewrite an op already recorded.
-from webhook.core.strategic_merge import clone as _snapshot
+from webhook.core.strategic_merge import clone
 
 Path = tuple[str | int, ...]
 _MISSING = object()
@@ -21,6 +24,20 @@ _MISSING = object()
 @lru_cache(maxsize=8192)  # rules write the same few paths on every request
 def pointer(path: Path) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _snapshot(value: Any) -> Any:
+    """What an op records: its own copy of a map or list the caller gave, so nothing the caller does
+    later, and no container of the document the value may share, can rewrite a recorded op.
+    (The builder itself never changes a value it was given: it copies on write.)"""
+    return clone(value) if isinstance(value, (dict, list)) else value
+
+
+def _differs(old: Any, new: Any) -> bool:
+    """Whether ``_merge_into`` may write something for these values: not the same object, and a map
+    or list (it looks inside) or a different value or type (its "replace" test)."""
+    return old is not new and (isinstance(old, (dict, list)) or isinstance(new, (dict, list))
+                               or old != new or type(old) is not type(new))
 
 
 def _get(doc: Any, path: Path) -> Any:
@@ -36,27 +53,65 @@ def _get(doc: Any, path: Path) -> Any:
 
 
 class PatchBuilder:
-    """Applies changes to ``doc`` in place and records the JSON Patch operations."""
+    """Applies changes to ``doc`` (copy on write: the object passed in is never changed) and records
+    the JSON Patch operations. ``doc`` is the current document."""
 
     def __init__(self, doc: dict[str, Any]) -> None:
-        self.doc = doc
+        self.doc = dict(doc)
         self.ops: list[dict[str, Any]] = []
+        # id -> container for the copies this builder made: only these may change in place. Holding
+        # them keeps each id unique while the builder lives.
+        self._own: dict[int, Any] = {id(self.doc): self.doc}
+        # (parent path, parent) of the last set(): rules write several keys of one map in a row
+        # (requests then limits), and those skip both walks. Any other change clears it.
+        self._last: tuple[Path, Any] | None = None
 
     def get(self, path: Path, default: Any = None) -> Any:
         value = _get(self.doc, path)
         return default if value is _MISSING else value
 
-    def set(self, path: Path, value: Any) -> bool:
-        """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
-        cur: Any = self.doc
-        try:  # fast path: every parent exists
-            for p in path[:-1]:
-                cur = cur[p]
-        except (KeyError, IndexError, TypeError):
-            cur = None
-        if not isinstance(cur, (dict, list)):
-            cur = self._parents(path, value)
-            if cur is None:
+    def _child(self, parent: Any, key: str | int) -> Any:
+        """``parent[key]`` (a map or list), copied into ``parent`` first unless this builder made it."""
+        child = parent[key]
+        if id(child) not in self._own:
+            child = child.copy()
+            parent[key] = child
+            self._own[id(child)] = child
+        return child
+
+    def _writable(self, keys: Path) -> Any:
+        """The container at ``keys`` (every step a map or list), with each one on the way our own."""
+        own = self._own
+        cur = self.doc
+        for k in keys:  # _child inlined: this runs for every op
+            child = cur[k]
+            if id(child) not in own:
+                child = child.copy()
+                cur[k] = child
+                own[id(child)] = child
+            cur = child
+        return cur
+
+    def set(self, path: Path, value: Any, fresh: bool = False) -> bool:
+        """Set ``path`` to ``value``, creating missing parent maps; False when already equal.
+
+        ``fresh``: the caller built ``value`` for this call (no map or list in it comes from the
+        document) and will not change it later, so the op records it as is instead of a copy.
+        """
+        parent_path = path[:-1]
+        last_set = self._last
+        ours = last_set is not None and last_set[0] == parent_path
+        if ours:
+            cur: Any = last_set[1]  # type: ignore[index]
+        else:
+            cur = self.doc
+            try:  # look first: an equal value costs no copy
+                for p in parent_path:
+                    cur = cur[p]
+            except (KeyError, IndexError, TypeError):
+                cur = None
+            if not isinstance(cur, (dict, list)):
+                self._parents(path, value, fresh)
                 return True
         last = path[-1]
         if isinstance(cur, dict) and last not in cur:
@@ -65,13 +120,17 @@ class PatchBuilder:
             return False
         else:
             op = "replace"
+        if not ours:
+            cur = self._writable(parent_path)
+            self._last = (parent_path, cur)
         cur[last] = value
-        self.ops.append({"op": op, "path": pointer(path), "value": _snapshot(value)})
+        self.ops.append({"op": op, "path": pointer(path), "value": value if fresh else _snapshot(value)})
         return True
 
-    def _parents(self, path: Path, value: Any) -> Any:
-        """The parent of ``path``; when one is missing, write the rest of the path as one value
-        instead (an "add" below a missing parent fails upstream) and return None."""
+    def _parents(self, path: Path, value: Any, fresh: bool) -> None:
+        """A parent of ``path`` is missing: write the rest of the path as one value instead (an "add"
+        below a missing parent fails upstream)."""
+        self._last = None
         cur: Any = self.doc
         for i, p in enumerate(path[:-1]):
             nxt = cur.get(p) if isinstance(cur, dict) else (cur[p] if isinstance(cur, list) else None)
@@ -81,19 +140,21 @@ class PatchBuilder:
                     nested = {q: nested}
                 op = "replace" if isinstance(cur, dict) and p in cur else "add"
                 cur[p] = nested
-                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": _snapshot(nested)})
-                return None
-            cur = nxt
-        return cur
+                # The maps around ``value`` are new, made here: only the caller's value may need a copy.
+                if isinstance(value, (dict, list)) and not fresh:
+                    nested = _snapshot(nested)
+                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": nested})
+                return
+            cur = self._child(cur, p)
 
     def remove(self, path: Path) -> bool:
         parent = _get(self.doc, path[:-1])
-        if isinstance(parent, dict) and path[-1] in parent:
-            del parent[path[-1]]
-        elif isinstance(parent, list) and isinstance(path[-1], int) and 0 <= path[-1] < len(parent):
-            del parent[path[-1]]
-        else:
+        last = path[-1]
+        if not (isinstance(parent, dict) and last in parent
+                or isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
             return False
+        self._last = None
+        del self._writable(path[:-1])[last]
         self.ops.append({"op": "remove", "path": pointer(path)})
         return True
 
@@ -104,27 +165,39 @@ class PatchBuilder:
         last = path[-1]
         if isinstance(parent, dict) and last in parent or (
                 isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
-            self._merge_into(parent, last, path, new)
+            if parent[last] is not new:
+                self._last = None
+                self._merge_into(self._writable(path[:-1]), last, path, new)
         else:
             self.set(path, new)
 
     def _merge_into(self, parent: Any, key: str | int, path: Path, new: Any) -> None:
+        """``parent`` is our own; ``parent[key]`` is copied only once something below it changes."""
         old = parent[key]
         if old is new:  # shared, untouched subtree of a copy-on-write result
             return
         if isinstance(old, dict) and isinstance(new, dict):
-            for k in [k for k in old if k not in new]:
+            removed = [k for k in old if k not in new]
+            # ``is not`` inline first: most values of a copy-on-write result are the very same objects
+            changed = [k for k, v in new.items() if (o := old.get(k, _MISSING)) is not v and _differs(o, v)]
+            if not removed and not changed:
+                return  # a fresh map holding equal values: nothing to write, nothing to copy
+            old = self._child(parent, key)
+            for k in removed:
                 del old[k]
                 self.ops.append({"op": "remove", "path": pointer(path + (k,))})
-            for k, v in new.items():
+            for k in changed:
+                v = new[k]
                 if k in old:
-                    if old[k] is not v:
-                        self._merge_into(old, k, path + (k,), v)
+                    self._merge_into(old, k, path + (k,), v)
                 else:
                     old[k] = v
                     self.ops.append({"op": "add", "path": pointer(path + (k,)), "value": _snapshot(v)})
             return
         if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            if not any(map(is_not, old, new)):
+                return
+            old = self._child(parent, key)
             for i, v in enumerate(new):
                 self._merge_into(old, i, path + (i,), v)
             return

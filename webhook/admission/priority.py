@@ -36,6 +36,6 @@ def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
         summary = f"{res.class_name or '<none>'}: priority {res.priority}, {res.preemption_policy}"
         ctx.decision.audit_annotations[NAME] = summary
         ctx.note(NAME, f"resolved {summary}")
-    else:
+    elif ctx.explain is not None:
         ctx.note(NAME, f"already resolved: {res.class_name or '<none>'} = {res.priority}")
     return None

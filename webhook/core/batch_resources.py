@@ -32,6 +32,7 @@ from webhook.core.resources import (
     MID_MEMORY,
     iter_containers,
 )
+from webhook.core.strategic_merge import clone
 
 EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
 TARGETS: dict[str, tuple[str, str]] = {KOORD_BATCH: (BATCH_CPU, BATCH_MEMORY), KOORD_MID: (MID_CPU, MID_MEMORY)}
@@ -56,11 +57,17 @@ def to_bytes(q: Decimal) -> int:
     return int_value(q)
 
 
+# One cache per direction: a single-argument lru key is the argument itself (no key tuple per call).
 @lru_cache(maxsize=4096)
-def _converted(raw: Any, cpu: bool) -> str:
-    """The whole milli-cores (cpu) or bytes (memory) of a raw quantity, as a string (QuantityError)."""
-    q = parse_quantity(raw)
-    return str(to_milli_cores(q) if cpu else to_bytes(q))
+def _milli_cores_text(raw: Any) -> str:
+    """The whole milli-cores of a raw cpu quantity, as a string (QuantityError)."""
+    return str(to_milli_cores(parse_quantity(raw)))
+
+
+@lru_cache(maxsize=4096)
+def _bytes_text(raw: Any) -> str:
+    """The whole bytes of a raw memory quantity, as a string (QuantityError)."""
+    return str(to_bytes(parse_quantity(raw)))
 
 
 @lru_cache(maxsize=4096)
@@ -78,19 +85,24 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[
 
     The converted key takes the native key's place (an existing extended value is overwritten,
     as Koordinator does). An unparsable quantity is left alone for the validating rules to report.
+    The result shares no map or list with ``values`` (a malformed value is copied), so a patch op
+    may hold it as it is.
     """
     out: dict[str, Any] = {}
     done: list[str] = []
     for name, raw in values.items():
-        if name in (CPU, MEMORY):
+        if name == CPU or name == MEMORY:
             try:
-                out[cpu_name if name == CPU else mem_name] = _converted(raw, name == CPU)
+                if name == CPU:
+                    out[cpu_name] = _milli_cores_text(raw)
+                else:
+                    out[mem_name] = _bytes_text(raw)
             except (QuantityError, TypeError):  # TypeError: an unhashable (list/map) value
-                out[name] = raw
+                out[name] = clone(raw)
                 continue
             done.append(name)
         elif name not in out:
-            out[name] = raw
+            out[name] = clone(raw) if isinstance(raw, (dict, list)) else raw
     return out, done
 
 
@@ -102,13 +114,16 @@ def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -
         values = resources.get(kind)
         if isinstance(values, dict):
             out[kind], converted = convert_list(values, cpu_name, mem_name)
-            done.extend(f"{kind}.{n}" for n in converted)
+            for n in converted:
+                done.append(f"{kind}.{n}")
     limits = out.get("limits")
     if isinstance(limits, dict):
+        requests = out.get("requests")
+        if not isinstance(requests, dict):
+            requests = None
         for name in (cpu_name, mem_name):
-            requests = out.get("requests")
-            if name in limits and not (isinstance(requests, dict) and name in requests):
-                out["requests"] = {**(requests if isinstance(requests, dict) else {}), name: limits[name]}
+            if name in limits and not (requests is not None and name in requests):
+                requests = out["requests"] = {**(requests or {}), name: limits[name]}
                 done.append(f"requests.{name} = limit")
     return out, done
 
@@ -166,7 +181,9 @@ def encode_extended_resource_spec(value: dict[str, Any]) -> str:
 def same_extended_resource_spec(text: Any, wanted: dict[str, Any]) -> bool:
     """Whether the annotation ``text`` (None: absent) already says ``wanted``, comparing quantities
     by value as Koordinator compares the parsed specs."""
-    current = parse_extended_resource_spec(text) if text is not None else {}
+    if text is None:  # absent: the same only when nothing is wanted (an empty spec parses back as {})
+        return not wanted
+    current = parse_extended_resource_spec(text)
     return current is not None and current == parse_extended_resource_spec(encode_extended_resource_spec(wanted))
 
 

@@ -7,11 +7,19 @@ milli-cores as a whole number ("1k" is one core) and batch-memory whole bytes.
 from __future__ import annotations
 
 from decimal import Decimal
+from functools import lru_cache, partial
 from typing import Any
 
 from webhook.core.fielderrors import invalid
 from webhook.core.quantity import QuantityError, is_whole, parse_quantity
-from webhook.core.resources import BATCH_CPU, BATCH_RESOURCES, NATIVE_RESOURCES, iter_resource_lists
+from webhook.core.resources import (
+    BATCH_CPU,
+    BATCH_RESOURCES,
+    NATIVE_RESOURCES,
+    ResourceList,
+    resource_list_path,
+    resource_lists,
+)
 
 MIXING_ADVICE = ("a pod uses either batch resources (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) "
                  "or native cpu and memory, not both")
@@ -21,9 +29,16 @@ BATCH_MEMORY_WHOLE = ("kubernetes.io/batch-memory counts bytes and must be a who
                       "write 512Mi or 536870912 for half a gibibyte")
 NEGATIVE = "must be greater than or equal to 0"  # upstream ValidateNonnegativeQuantity
 SMALL_BATCH_CPU = 100  # below a tenth of a core: almost certainly meant as cores
+_ABSENT = object()
 
 
-def _asks(raw: object) -> bool:
+def _cacheable(raw: object) -> bool:
+    """Worth a cache entry: a short text, as the apiserver writes every quantity (a huge string in a
+    hostile review must not sit in a cache). Numbers are not: True == 1 == 1.0 would share a key."""
+    return type(raw) is str and len(raw) <= 64  # type: ignore[arg-type]
+
+
+def _asks_uncached(raw: object) -> bool:
     """A quantity above zero asks for the resource; an unparsable one counts (reported elsewhere)."""
     try:
         return parse_quantity(raw) > 0
@@ -31,11 +46,20 @@ def _asks(raw: object) -> bool:
         return True
 
 
-def mixing_error(spec: dict[str, Any]) -> str | None:
-    """The denial text when ``spec`` asks for batch and native cpu/memory together, else None."""
+# Pods repeat the same few quantity texts. One argument, a str: the cache key is the text itself.
+_asks_cached = lru_cache(maxsize=4096)(_asks_uncached)
+
+
+def _asks(raw: object) -> bool:
+    return _asks_cached(raw) if _cacheable(raw) else _asks_uncached(raw)
+
+
+def mixing_error(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> str | None:
+    """The denial text when ``spec`` asks for batch and native cpu/memory together, else None.
+    ``lists``: ``resource_lists(spec)`` when the caller has it already."""
     batch: dict[str, list[str]] = {}   # owner -> names asked for, in spec order
     native: dict[str, list[str]] = {}
-    for owner, _, _, values in iter_resource_lists(spec):
+    for owner, _, _, _, values in resource_lists(spec) if lists is None else lists:
         for name, raw in values.items():
             bucket = batch if name in BATCH_RESOURCES else native if name in NATIVE_RESOURCES else None
             if bucket is not None and _asks(raw):
@@ -56,43 +80,65 @@ def _shown(raw: object) -> str:
     return raw if isinstance(raw, str) else str(raw)
 
 
-def unit_problems(spec: dict[str, Any]) -> tuple[list[str], list[str]]:
+def _batch_quantity_uncached(name: str, raw: object) -> tuple[str | None, Decimal | None, str | None]:
+    """(what is wrong or None, the value, the small-batch-cpu warning after its owner or None)."""
+    try:
+        q = parse_quantity(raw)
+    except QuantityError as exc:
+        return str(exc), None, None
+    if q < 0:
+        return NEGATIVE, None, None
+    if not is_whole(q):
+        return (BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE), None, None
+    small = None
+    if name == BATCH_CPU and 0 < q < SMALL_BATCH_CPU:
+        small = f'batch-cpu "{_shown(raw)}" is {int(q)} milli-cores, under a tenth of a core; did you mean {int(q)}k?'
+    return None, q, small
+
+
+# One cache per resource name, so the key is the quantity text itself (see _asks_cached).
+_BATCH_QUANTITY_CACHED = {name: lru_cache(maxsize=4096)(partial(_batch_quantity_uncached, name))
+                          for name in BATCH_RESOURCES}
+
+
+def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> tuple[list[str], list[str]]:
     """(errors, warnings) for the batch-cpu and batch-memory quantities of ``spec``.
 
     Errors are upstream ``field.Error`` texts with the field path; warnings stay under 120 chars.
+    ``lists``: ``resource_lists(spec)`` when the caller has it already.
     """
     errors: list[str] = []
     warnings: list[str] = []
-    given: dict[tuple[str, str], dict[str, tuple[object, Decimal]]] = {}  # (resources path, name) -> kind -> value
-    for owner, path, kind, values in iter_resource_lists(spec):
+    # (field, index, name) -> (raw, value), per kind: one entry per resources block and batch resource
+    requests: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
+    limits: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
+    for owner, field, index, kind, values in resource_lists(spec) if lists is None else lists:
         for name in BATCH_RESOURCES:
-            if name not in values:
+            raw = values.get(name, _ABSENT)
+            if raw is _ABSENT:
                 continue
-            raw = values[name]
-            where = f"{path}[{name}]"
-            try:
-                q = parse_quantity(raw)
-            except QuantityError as exc:
-                errors.append(invalid(where, _shown(raw), str(exc)))
+            if _cacheable(raw):
+                problem, q, small = _BATCH_QUANTITY_CACHED[name](raw)
+            else:
+                problem, q, small = _batch_quantity_uncached(name, raw)
+            if problem is not None:
+                errors.append(invalid(f"{resource_list_path(field, index, kind)}[{name}]", _shown(raw), problem))
                 continue
-            if q < 0:
-                errors.append(invalid(where, _shown(raw), NEGATIVE))
-                continue
-            if not is_whole(q):
-                errors.append(invalid(where, _shown(raw), BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE))
-                continue
-            if name == BATCH_CPU and 0 < q < SMALL_BATCH_CPU:
-                text = (f'{owner}: batch-cpu "{_shown(raw)}" is {int(q)} milli-cores, under a tenth '
-                        f"of a core; did you mean {int(q)}k?")
+            if small is not None:
+                text = f"{owner}: {small}"
                 if text not in warnings:  # requests and limits usually say the same
                     warnings.append(text)
-            given.setdefault((path.rpartition(".")[0], name), {})[kind] = (raw, q)
+            if kind == "requests":
+                requests[(field, index, name)] = (raw, q)  # type: ignore[assignment]
+            elif kind == "limits":
+                limits[(field, index, name)] = (raw, q)  # type: ignore[assignment]
     # A request may not exceed its limit. kubernetes.io/batch-* are prefixed native resources, which
     # the apiserver lets a pod overcommit (request <= limit, upstream's text, kubernetes.md §5.3), and
     # Koordinator's own conversion of a Burstable pod (500m/1 -> 500/1000) relies on it: demanding
     # request == limit would deny the mutating chain's own output.
-    for (base, name), kinds in given.items():
-        if "requests" in kinds and "limits" in kinds and kinds["requests"][1] > kinds["limits"][1]:
-            errors.append(invalid(f"{base}.requests", _shown(kinds["requests"][0]),
-                                  f"must be less than or equal to {name} limit of {_shown(kinds['limits'][0])}"))
+    for (field, index, name), (raw, q) in requests.items():
+        limit = limits.get((field, index, name))
+        if limit is not None and q > limit[1]:
+            errors.append(invalid(resource_list_path(field, index, "requests"), _shown(raw),
+                                  f"must be less than or equal to {name} limit of {_shown(limit[0])}"))
     return errors, warnings

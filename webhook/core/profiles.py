@@ -202,7 +202,8 @@ def apply_profile(pod: dict[str, Any], p: Profile, lookup_class: Callable[[str],
     out["metadata"] = new_meta
 
     if p.scheduler_name or p.priority_class_name:
-        spec = dict(pod.get("spec") or {})
+        given = pod.get("spec") or {}
+        spec = dict(given)
         if p.scheduler_name:
             spec["schedulerName"] = p.scheduler_name
         if p.priority_class_name:
@@ -213,7 +214,9 @@ def apply_profile(pod: dict[str, Any], p: Profile, lookup_class: Callable[[str],
             spec["priorityClassName"] = p.priority_class_name
             spec["priority"] = int(pc.get("value", 0))
             spec["preemptionPolicy"] = preemption_policy_of(pc)
-        out["spec"] = spec
+        # A spec that already says all this stays the pod's own object (the usual case: the pod
+        # names the class the profile sets), so callers comparing by identity skip it.
+        out["spec"] = given if isinstance(given, dict) and _holds(given, spec, _SPEC_FIELDS) else spec
 
     if p.patch is not None:
         try:
@@ -221,6 +224,21 @@ def apply_profile(pod: dict[str, Any], p: Profile, lookup_class: Callable[[str],
         except StrategicMergeError as exc:
             raise ApplyError(f"patch: {exc}") from None
     return out
+
+
+_SPEC_FIELDS = ("schedulerName", "priorityClassName", "priority", "preemptionPolicy")
+
+
+def _holds(given: dict[str, Any], wanted: dict[str, Any], keys: tuple[str, ...]) -> bool:
+    """Whether ``given`` has every one of ``keys`` that ``wanted`` has, with the same value and type."""
+    for k in keys:
+        if k in wanted:
+            if k not in given:
+                return False
+            a, b = given[k], wanted[k]
+            if a is not b and (a != b or type(a) is not type(b)):
+                return False
+    return True
 
 
 def changed_label_keys(before: Mapping[str, str], after: Mapping[str, str]) -> set[str]:

@@ -43,19 +43,21 @@ def container_requests(container: dict[str, Any]) -> dict[str, Decimal]:
     return out
 
 
-def _add(acc: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, Decimal]:
-    out = dict(acc)
-    for k, v in more.items():
-        out[k] = out.get(k, Decimal(0)) + v
-    return out
+_ZERO = Decimal(0)
 
 
-def _max(acc: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, Decimal]:
-    out = dict(acc)
+def _add_into(acc: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, Decimal]:
+    """``acc`` += ``more``, in place (every caller owns ``acc``: no copy per container)."""
     for k, v in more.items():
-        if v > out.get(k, Decimal(0)):
-            out[k] = v
-    return out
+        acc[k] = acc.get(k, _ZERO) + v
+    return acc
+
+
+def _max_into(acc: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, Decimal]:
+    for k, v in more.items():
+        if v > acc.get(k, _ZERO):
+            acc[k] = v
+    return acc
 
 
 def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
@@ -68,21 +70,21 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
     total: dict[str, Decimal] = {}
     for c in spec.get("containers") or []:
         if isinstance(c, dict):
-            total = _add(total, container_requests(c))
+            _add_into(total, container_requests(c))
     sidecars: dict[str, Decimal] = {}
     init_peak: dict[str, Decimal] = {}
     for c in spec.get("initContainers") or []:
         if not isinstance(c, dict):
             continue
-        reqs = container_requests(c)
+        reqs = container_requests(c)  # a fresh map: ours to change
         if c.get("restartPolicy") == "Always":
-            total = _add(total, reqs)
-            sidecars = _add(sidecars, reqs)
+            _add_into(total, reqs)
+            _add_into(sidecars, reqs)
             reqs = sidecars
         else:
-            reqs = _add(reqs, sidecars)
-        init_peak = _max(init_peak, reqs)
-    total = _max(total, init_peak)
+            _add_into(reqs, sidecars)
+        _max_into(init_peak, reqs)
+    _max_into(total, init_peak)
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
         parsed = {}
@@ -91,28 +93,57 @@ def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
                 parsed[name] = parse_quantity(raw)
             except QuantityError:
                 continue
-        total = _add(total, parsed)
+        _add_into(total, parsed)
     return total
 
 
-def iter_resource_lists(spec: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
-    """(owner, path, kind, resource map) for every requests/limits map, then ``spec.overhead``.
+ResourceList = tuple[str, str, int, str, dict[str, Any]]  # (owner, field, index, kind, values)
 
-    owner reads like ``container "app"``, ``init container "setup"`` or ``pod overhead``; path is
-    the field path (``spec.containers[0].resources.requests``); kind is requests, limits or overhead.
+
+def resource_lists(spec: dict[str, Any]) -> list[ResourceList]:
+    """Every non-empty requests/limits map of the init containers and containers, then ``spec.overhead``.
+
+    Each entry is (owner, field, index, kind, values): owner reads like ``container "app"``,
+    ``init container "setup"`` or ``pod overhead``; field is initContainers, containers or overhead;
+    kind is requests, limits or overhead. The field path is left to ``resource_list_path``, built
+    only when a message needs it (this runs on every review).
     """
-    for field, i, c in iter_containers(spec):
-        owner = f'{"init container" if field == "initContainers" else "container"} "{c.get("name", "")}"'
-        res = c.get("resources")
-        if not isinstance(res, dict):
+    out: list[ResourceList] = []
+    for field in ("initContainers", "containers"):
+        items = spec.get(field)
+        if not isinstance(items, list):
             continue
-        for kind in ("requests", "limits"):
-            values = res.get(kind)
-            if isinstance(values, dict) and values:
-                yield owner, f"spec.{field}[{i}].resources.{kind}", kind, values
+        kind_of_owner = "init container" if field == "initContainers" else "container"
+        for i, c in enumerate(items):
+            if not isinstance(c, dict):
+                continue
+            res = c.get("resources")
+            if not isinstance(res, dict):
+                continue
+            owner = None
+            for kind in ("requests", "limits"):
+                values = res.get(kind)
+                if isinstance(values, dict) and values:
+                    if owner is None:
+                        owner = f'{kind_of_owner} "{c.get("name", "")}"'
+                    out.append((owner, field, i, kind, values))
     overhead = spec.get("overhead")
     if isinstance(overhead, dict) and overhead:
-        yield "pod overhead", "spec.overhead", "overhead", overhead
+        out.append(("pod overhead", "overhead", 0, "overhead", overhead))
+    return out
+
+
+def resource_list_path(field: str, index: int, kind: str) -> str:
+    """The field path of a ``resource_lists`` entry: ``spec.containers[0].resources.requests``."""
+    if field == "overhead":
+        return "spec.overhead"
+    return f"spec.{field}[{index}].resources.{kind}"
+
+
+def iter_resource_lists(spec: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
+    """(owner, path, kind, resource map) for every entry of ``resource_lists``."""
+    for owner, field, index, kind, values in resource_lists(spec):
+        yield owner, resource_list_path(field, index, kind), kind, values
 
 
 def pod_shape_error(pod: dict[str, Any]) -> str | None:

@@ -43,10 +43,11 @@ class StrategicMergeError(ValueError):
 
 def clone(value: Any) -> Any:
     """Deep copy of JSON data (patch values must not be shared with the caller's object)."""
+    # Leaves are copied inline, not through a call each: this runs for every patch op.
     if isinstance(value, dict):
-        return {k: clone(v) for k, v in value.items()}
+        return {k: clone(v) if isinstance(v, (dict, list)) else v for k, v in value.items()}
     if isinstance(value, list):
-        return [clone(v) for v in value]
+        return [clone(v) if isinstance(v, (dict, list)) else v for v in value]
     return value
 
 

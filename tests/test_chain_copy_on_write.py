@@ -1,0 +1,103 @@
+"""The mutating chain works copy on write: request.object is never changed, the patch is the same as
+on a private deep copy, and a recorded op never changes after it was recorded."""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import jsonpatch
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from tests.conftest import load_fixture
+from tests.mutating import make_state, profile, request
+from tests.test_mutating_properties import _state, pods, profiles
+from webhook.admission import chain
+from webhook.admission.patch import PatchBuilder
+from webhook.admission.review import review_from_dict
+
+BATCH_PROFILE = profile("batch", selector={"matchLabels": {"app": "batch-init"}}, qosClass="BE",
+                        priorityClassName="koord-batch", labels={"koordinator.sh/mutated": "true"},
+                        patch={"metadata": {"annotations": {"a": "b"}},
+                               "spec": {"containers": [{"name": "worker", "env": [{"name": "X", "value": "1"}]}]}})
+
+
+@pytest.mark.parametrize("fixture", [
+    "v1-mutate-create-koord-batch-init-containers.json",
+    "v1-mutate-create-be-batch-resources.json",
+    "v1-mutate-create-batch-resources.json",
+    "v1-mutate-create-dryrun-koord-mid.json",
+    "v1-mutate-create-plain.json",
+])
+def test_mutate_leaves_request_object_unchanged(fixture: str) -> None:
+    req = review_from_dict(load_fixture(f"admission/{fixture}")).request
+    before = copy.deepcopy(req.object)
+    decision = chain.mutate(req, make_state(BATCH_PROFILE), chain.Settings())
+    assert req.object == before
+    assert decision.allowed, decision.message
+    # applying the patch to the untouched input gives what the rules built
+    again = chain.mutate(review_from_dict(load_fixture(f"admission/{fixture}")).request, make_state(BATCH_PROFILE),
+                         chain.Settings())
+    assert again.patch == decision.patch
+
+
+@settings(max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "100")), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(pod=pods(), specs=profiles)
+def test_mutate_never_changes_its_input(pod, specs) -> None:  # type: ignore[no-untyped-def]
+    state = _state(specs)
+    given_pod = copy.deepcopy(pod)
+    decision = chain.mutate(request(given_pod), state, chain.Settings())
+    assert given_pod == pod
+    if decision.allowed:
+        ops = copy.deepcopy(decision.patch)
+        jsonpatch.apply_patch(pod, decision.patch)  # valid against the input
+        assert decision.patch == ops
+
+
+def test_patch_builder_copies_on_write() -> None:
+    labels = {"a": "1"}
+    containers = [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]
+    doc = {"metadata": {"labels": labels}, "spec": {"containers": containers}}
+    original = copy.deepcopy(doc)
+    pb = PatchBuilder(doc)
+    pb.set(("metadata", "labels", "b"), "2")
+    pb.set(("spec", "containers", 0, "resources", "requests"), {"kubernetes.io/batch-cpu": "1000"})
+    pb.remove(("spec", "containers", 0, "name"))
+    pb.update(("metadata",), {"labels": {"a": "1", "b": "2", "c": "3"}, "annotations": {"x": "y"}})
+    pb.set(("spec", "overhead", "cpu"), "1")
+    assert doc == original and labels == {"a": "1"} and containers == original["spec"]["containers"]
+    assert pb.doc == jsonpatch.apply_patch(original, pb.ops)
+    assert pb.doc["spec"]["containers"][0] == {"resources": {"requests": {"kubernetes.io/batch-cpu": "1000"}}}
+
+
+def test_later_write_below_an_added_value_keeps_the_op() -> None:
+    pb = PatchBuilder({"spec": {}})
+    value = {"containers": [{"name": "a", "env": []}]}
+    pb.update(("spec",), value)
+    pb.set(("spec", "containers", 0, "env"), [{"name": "X"}])
+    pb.set(("spec", "containers", 0, "image"), "busybox")
+    assert pb.ops[0] == {"op": "add", "path": "/spec/containers", "value": [{"name": "a", "env": []}]}
+    assert value == {"containers": [{"name": "a", "env": []}]}  # the caller's value is not changed either
+
+
+def _deep(levels: int) -> dict:
+    value: dict = {}
+    for _ in range(levels):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize("name, extra", [
+    ("nested deeper than orjson writes", _deep(300)),
+    ("integer beyond 64 bits", 10**30),
+])
+def test_mutate_refuses_an_object_it_could_not_write_back(name: str, extra: object) -> None:
+    from tests.mutating import pod
+
+    p = pod()
+    p["spec"]["extra"] = extra
+    decision = chain.mutate(request(p), make_state(), chain.Settings())
+    assert (decision.allowed, decision.code) == (False, 400), name
+    assert decision.message == "request.object is nested too deeply (more than 255 levels)"
