@@ -171,3 +171,16 @@ def test_review_cli_on_broken_files(tmp_path: Path) -> None:
         (tmp_path / name).write_text(text)
         assert main(["review", str(tmp_path / name)]) == 2, name
     assert main(["review", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_huge_quantity_strings_are_not_cached() -> None:
+    """A hostile review's megabyte quantity must not sit in a process-wide cache."""
+    from webhook.core import quantity
+
+    quantity._parse.cache_clear()
+    long_valid = "0." + "0" * 97 + "1"  # 100 characters, rounds up to 1n as upstream does
+    assert quantity.parse_quantity(long_valid) == quantity.parse_quantity("1n")
+    with pytest.raises(quantity.QuantityError, match="unable to parse numeric part of quantity"):
+        quantity.parse_quantity("1" * 100_000)  # more digits than any value needs: a clear error, no crash
+    quantity.parse_quantity("500m")
+    assert quantity._parse.cache_info().currsize == 2  # "500m" and "1n", not the long texts

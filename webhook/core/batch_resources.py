@@ -17,6 +17,7 @@ import orjson
 from webhook.core.priority import KOORD_BATCH, KOORD_MID, band_of
 from webhook.core.quantity import (
     QuantityError,
+    cacheable,
     format_binary_si,
     format_decimal_si,
     int_value,
@@ -93,10 +94,9 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[
     for name, raw in values.items():
         if name == CPU or name == MEMORY:
             try:
-                if name == CPU:
-                    out[cpu_name] = _milli_cores_text(raw)
-                else:
-                    out[mem_name] = _bytes_text(raw)
+                fn = _milli_cores_text if name == CPU else _bytes_text
+                text = fn(raw) if cacheable(raw) else fn.__wrapped__(raw)
+                out[cpu_name if name == CPU else mem_name] = text
             except (QuantityError, TypeError):  # TypeError: an unhashable (list/map) value
                 out[name] = clone(raw)
                 continue
@@ -163,7 +163,8 @@ def extended_resource_spec(spec: dict[str, Any]) -> dict[str, Any]:
             for name in _SPEC_RESOURCES:
                 if name in values:
                     try:
-                        picked[name] = canonical(values[name])
+                        raw = values[name]
+                        picked[name] = canonical(raw) if cacheable(raw) else canonical.__wrapped__(raw)
                     except (QuantityError, TypeError):
                         continue
             if picked:

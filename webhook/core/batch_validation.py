@@ -11,7 +11,7 @@ from functools import lru_cache, partial
 from typing import Any
 
 from webhook.core.fielderrors import invalid
-from webhook.core.quantity import QuantityError, is_whole, parse_quantity
+from webhook.core.quantity import QuantityError, cacheable, is_whole, parse_quantity
 from webhook.core.resources import (
     BATCH_CPU,
     BATCH_RESOURCES,
@@ -32,12 +32,6 @@ SMALL_BATCH_CPU = 100  # below a tenth of a core: almost certainly meant as core
 _ABSENT = object()
 
 
-def _cacheable(raw: object) -> bool:
-    """Worth a cache entry: a short text, as the apiserver writes every quantity (a huge string in a
-    hostile review must not sit in a cache). Numbers are not: True == 1 == 1.0 would share a key."""
-    return type(raw) is str and len(raw) <= 64  # type: ignore[arg-type]
-
-
 def _asks_uncached(raw: object) -> bool:
     """A quantity above zero asks for the resource; an unparsable one counts (reported elsewhere)."""
     try:
@@ -51,7 +45,7 @@ _asks_cached = lru_cache(maxsize=4096)(_asks_uncached)
 
 
 def _asks(raw: object) -> bool:
-    return _asks_cached(raw) if _cacheable(raw) else _asks_uncached(raw)
+    return _asks_cached(raw) if cacheable(raw) else _asks_uncached(raw)
 
 
 def mixing_error(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> str | None:
@@ -117,7 +111,7 @@ def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None)
             raw = values.get(name, _ABSENT)
             if raw is _ABSENT:
                 continue
-            if _cacheable(raw):
+            if cacheable(raw):
                 problem, q, small = _BATCH_QUANTITY_CACHED[name](raw)
             else:
                 problem, q, small = _batch_quantity_uncached(name, raw)

@@ -36,10 +36,19 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity; the message is upstream's."""
 
 
+CACHEABLE_LENGTH = 64
+
+
+def cacheable(raw: object) -> bool:
+    """Worth a cache entry: a short text, as the apiserver writes every quantity. A huge string in a
+    hostile review must not sit in a cache, and numbers are not: True == 1 == 1.0 would share a key."""
+    return type(raw) is str and len(raw) <= CACHEABLE_LENGTH  # type: ignore[arg-type]
+
+
 def parse_quantity(text: object) -> Decimal:
     """Parse a quantity as the apiserver would (a JSON number is accepted like its string form)."""
     if isinstance(text, str):
-        return _parse(text)
+        return _parse(text) if len(text) <= CACHEABLE_LENGTH else _parse.__wrapped__(text)
     if isinstance(text, int) and not isinstance(text, bool):
         return _parse(str(text))
     if isinstance(text, float) and text.is_integer():
@@ -55,7 +64,13 @@ def _parse(text: str) -> Decimal:
     number, suffix = m.group(1), m.group(2)
     if not _NUMBER.match(number):
         raise QuantityError(ERR_NUMERIC)
-    value = Decimal(number)
+    try:
+        return _scaled(Decimal(number), suffix)
+    except decimal.DecimalException:  # beyond 80 significant digits or a huge exponent
+        raise QuantityError(ERR_NUMERIC) from None
+
+
+def _scaled(value: Decimal, suffix: str) -> Decimal:
     if suffix in _BINARY:
         value = _CTX.multiply(value, _BINARY[suffix])
     elif suffix in _DECIMAL:
@@ -65,8 +80,7 @@ def _parse(text: str) -> Decimal:
     else:
         raise QuantityError(ERR_SUFFIX)
     # Nano precision, rounded away from zero like upstream's inf.Dec rounding.
-    rounding = decimal.ROUND_UP
-    value = value.quantize(_NANO, rounding=rounding, context=_CTX)
+    value = value.quantize(_NANO, rounding=decimal.ROUND_UP, context=_CTX)
     if value == 0:
         return Decimal(0)
     return value.normalize(_CTX)
