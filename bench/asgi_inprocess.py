@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""In-process cost of one HTTP review through the whole ASGI app, ours beside the bare FastAPI echo.
+
+No sockets and no TLS: the same body is handed to each app's ASGI callable, so the figures separate
+the app's own cost from the network's, and explain the wrk ratio of bench/webhook_load.py
+(ratio ~ (t_net + t_echo) / (t_net + t_ours)).
+
+    PYTHONPATH=. python bench/asgi_inprocess.py [--review FILE] [--rounds 5000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.echo_app import app as echo  # noqa: E402
+from bench.webhook_load import DEFAULT_REVIEW  # noqa: E402
+from webhook.admission.app import create_app  # noqa: E402
+from webhook.cluster.files import FilesSource  # noqa: E402
+from webhook.cluster.sources import example_folder  # noqa: E402
+from webhook.cluster.state import WEBHOOK_KINDS, ClusterState  # noqa: E402
+
+
+def _scope(path: str, body: bytes) -> dict:  # type: ignore[type-arg]
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+            "scheme": "https", "path": path, "raw_path": path.encode(), "query_string": b"timeout=10s",
+            "root_path": "", "headers": [(b"host", b"localhost"), (b"content-type", b"application/json"),
+                                         (b"content-length", str(len(body)).encode())],
+            "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8443), "state": {}}
+
+
+async def _call(app, path: str, body: bytes) -> list[dict]:  # type: ignore[no-untyped-def, type-arg]
+    sent: list[dict] = []  # type: ignore[type-arg]
+
+    async def receive() -> dict:  # type: ignore[type-arg]
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:  # type: ignore[type-arg]
+        sent.append(message)
+
+    await app(_scope(path, body), receive, send)
+    return sent
+
+
+async def _measure(app, path: str, body: bytes, rounds: int) -> tuple[float, int, int]:  # type: ignore[no-untyped-def]
+    for _ in range(300):
+        await _call(app, path, body)
+    best = float("inf")
+    for _ in range(5):
+        start = time.process_time()
+        for _ in range(rounds):
+            await _call(app, path, body)
+        best = min(best, (time.process_time() - start) / rounds)
+    sent = await _call(app, path, body)
+    return best * 1e6, sent[0]["status"], len(sent[1]["body"])
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--review", type=Path, default=DEFAULT_REVIEW)
+    ap.add_argument("--rounds", type=int, default=3000)
+    args = ap.parse_args()
+    body = args.review.read_bytes()
+    state = ClusterState(WEBHOOK_KINDS)
+    FilesSource(example_folder(), state).load()
+    ours = create_app(state)
+    print(f"review: {args.review.name} ({len(body)} bytes); µs of CPU per request, best of 5 batches")
+    for path in ("/mutate", "/validate"):
+        for name, app in (("echo", echo), ("webhook", ours)):
+            us, status, size = asyncio.run(_measure(app, path, body, args.rounds))
+            print(f"  {name:<8}{path:<10}{us:8.1f} µs   (HTTP {status}, {size} byte answer)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
