@@ -127,6 +127,29 @@ class PatchBuilder:
         self.ops.append({"op": op, "path": pointer(path), "value": value if fresh else _snapshot(value)})
         return True
 
+    def set_many(self, path: Path, items: Any, fresh: bool = False) -> None:
+        """``set(path + (key,), value, fresh)`` for each (key, value) of ``items`` in turn, the same ops,
+        with one walk to the map at ``path`` instead of one per key (rules write a container's
+        requests and limits together)."""
+        parent = _get(self.doc, path)
+        if not isinstance(parent, dict):  # missing or not a map: set() knows every case
+            for key, value in items:
+                self.set(path + (key,), value, fresh)
+            return
+        own = None
+        for key, value in items:
+            if key not in parent:
+                op = "add"
+            elif parent[key] == value and type(parent[key]) is type(value):
+                continue
+            else:
+                op = "replace"
+            if own is None:
+                own = parent = self._writable(path)
+                self._last = (path, own)
+            parent[key] = value
+            self.ops.append({"op": op, "path": pointer(path + (key,)), "value": value if fresh else _snapshot(value)})
+
     def _parents(self, path: Path, value: Any, fresh: bool) -> None:
         """A parent of ``path`` is missing: write the rest of the path as one value instead (an "add"
         below a missing parent fails upstream)."""
