@@ -98,7 +98,10 @@ def _canonical(raw: Any) -> str:
 def canonical(raw: Any) -> str:
     """A quantity as Go prints it after parsing: "1000" -> "1k", "1024Mi" -> "1Gi" (a binary suffix
     keeps the binary form, whole values only, which is all Kubernetes stores); QuantityError."""
-    return _cached(_CANONICAL, _canonical, raw)
+    try:
+        return _cached(_CANONICAL, _canonical, raw)
+    except TypeError:  # unhashable (a list or map): no cache, and the QuantityError it deserves
+        return _canonical(raw)
 
 
 def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
@@ -131,18 +134,22 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
 
 
 # Whole-container results, keyed by the JSON text of (requests, limits): a pod's containers, and the
-# pods of one workload, repeat a few resource shapes, and a hit skips every per-quantity step. JSON
-# keeps 1, 1.0, true and "1" apart, and the key's length is bounded (no huge hostile texts held).
-_RESOURCES: dict[tuple[bytes, str, str], tuple[tuple[tuple[str, dict[str, Any]], ...], tuple[str, ...]]] = {}
+# pods of one workload, repeat a few resource shapes, and a hit skips every per-quantity step.
+# Entries are made for all-text lists only, and a JSON string can only come from a text value (JSON
+# keeps 1, 1.0, true, null and "1" apart; datetimes and str subclasses, which orjson would also write
+# as strings, are refused), so a hit means the same texts. The key's length is bounded (no huge
+# hostile texts held).
+_RESOURCES: dict[tuple[bytes, str, str], tuple[tuple[tuple[str, dict[str, str]], ...], tuple[str, ...]]] = {}
 _RESOURCES_KEY_LIMIT = 512
-_IMMUTABLE = (str, int, float, bool, type(None))
+_KEY_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
 
 
 def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
     """A container's ``resources`` converted; a limit without a request gets the request = limit."""
+    requests, limits = resources.get("requests"), resources.get("limits")
     try:
-        text = orjson.dumps([resources.get("requests"), resources.get("limits")])
-    except TypeError:  # an integer beyond 64 bits or deep nesting: no cache entry
+        text = orjson.dumps([requests, limits], option=_KEY_OPTIONS)
+    except TypeError:  # not JSON data (an integer beyond 64 bits, deep nesting, a datetime): no entry
         return _convert_resources(resources, cpu_name, mem_name)
     key = (text, cpu_name, mem_name)
     hit = _RESOURCES.get(key)
@@ -150,15 +157,22 @@ def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -
         lists, done = hit
         out = dict(resources)
         for kind, values in lists:
-            out[kind] = dict(values)  # fresh maps, as the callers may hand them on (values are all immutable)
+            out[kind] = dict(values)  # fresh maps: callers hand them on (patch ops)
         return out, list(done)
     out, converted = _convert_resources(resources, cpu_name, mem_name)
-    lists = tuple((kind, out[kind]) for kind in ("requests", "limits") if kind in out and out[kind] is not resources.get(kind))
-    if len(text) <= _RESOURCES_KEY_LIMIT and all(type(v) in _IMMUTABLE for _, values in lists for v in values.values()):
+    if len(text) <= _RESOURCES_KEY_LIMIT and _all_text(requests) and _all_text(limits):
         if len(_RESOURCES) >= _CACHE_SIZE:
             _RESOURCES.clear()
-        _RESOURCES[key] = (tuple((kind, dict(values)) for kind, values in lists), tuple(converted))
+        # The lists the conversion made (a list that is not a map stays as it was, in ``out`` too).
+        lists = tuple((kind, dict(out[kind])) for kind in ("requests", "limits")
+                      if kind in out and out[kind] is not resources.get(kind))
+        _RESOURCES[key] = (lists, tuple(converted))
     return out, converted
+
+
+def _all_text(values: Any) -> bool:
+    """A ResourceList of texts only (or none at all)."""
+    return values is None or isinstance(values, dict) and all(type(v) is str for v in values.values())
 
 
 def _convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
