@@ -73,9 +73,7 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
         if path[-1] == "overhead":
             ctx.patch.set(path, new, fresh=True)
         else:
-            for kind in ("requests", "limits"):
-                if kind in new:
-                    ctx.patch.set(path + (kind,), new[kind], fresh=True)
+            ctx.patch.set_keys(path, new, ("requests", "limits"), fresh=True)
         where.append(_where(spec, path))  # names only: ``spec`` may be the pod before these writes
     cpu_name, mem_name = targets
     summary = f"cpu/memory -> {cpu_name}/{mem_name.rsplit('/', 1)[-1]} ({band} {priority}) in {', '.join(where)}"

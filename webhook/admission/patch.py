@@ -52,6 +52,23 @@ def _get(doc: Any, path: Path) -> Any:
     return cur
 
 
+def _look(doc: Any, path: Path) -> Any:
+    """``doc[p0][p1]...``, or None where a step fails. Maps step with ``get``: a missing key (rules
+    often add one, an annotation) raising and catching KeyError would cost more than the set."""
+    cur = doc
+    for p in path:
+        if type(cur) is dict:
+            cur = cur.get(p)
+            if cur is None:
+                return None
+        else:
+            try:
+                cur = cur[p]
+            except (KeyError, IndexError, TypeError):
+                return None
+    return cur
+
+
 class PatchBuilder:
     """Applies changes to ``doc`` (copy on write: the object passed in is never changed) and records
     the JSON Patch operations. ``doc`` is the current document."""
@@ -104,12 +121,7 @@ class PatchBuilder:
         if ours:
             cur: Any = last_set[1]  # type: ignore[index]
         else:
-            cur = self.doc
-            try:  # look first: an equal value costs no copy
-                for p in parent_path:
-                    cur = cur[p]
-            except (KeyError, IndexError, TypeError):
-                cur = None
+            cur = _look(self.doc, parent_path)  # look first: an equal value costs no copy
             if not isinstance(cur, (dict, list)):
                 self._parents(path, value, fresh)
                 return True
@@ -126,6 +138,33 @@ class PatchBuilder:
         cur[last] = value
         self.ops.append({"op": op, "path": pointer(path), "value": value if fresh else _snapshot(value)})
         return True
+
+    def set_keys(self, path: Path, values: dict[str, Any], keys: tuple[str, ...], fresh: bool = False) -> None:
+        """``set(path + (key,), values[key], fresh)`` for each of ``keys`` that ``values`` has, in that
+        order: the same ops, with one walk to the map at ``path`` instead of one per key (rules write
+        a container's requests and limits together)."""
+        parent = _look(self.doc, path)
+        if not isinstance(parent, dict):  # missing or not a map: set() knows every case
+            for key in keys:
+                if key in values:
+                    self.set(path + (key,), values[key], fresh)
+            return
+        own = None
+        for key in keys:
+            if key not in values:
+                continue
+            value = values[key]
+            if key not in parent:
+                op = "add"
+            elif parent[key] == value and type(parent[key]) is type(value):
+                continue
+            else:
+                op = "replace"
+            if own is None:
+                own = parent = self._writable(path)
+                self._last = (path, own)
+            parent[key] = value
+            self.ops.append({"op": op, "path": pointer(path + (key,)), "value": value if fresh else _snapshot(value)})
 
     def _parents(self, path: Path, value: Any, fresh: bool) -> None:
         """A parent of ``path`` is missing: write the rest of the path as one value instead (an "add"

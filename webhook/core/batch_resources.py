@@ -9,7 +9,6 @@ resources; the native keys go. The node agent reuses ``to_milli_cores``/``to_byt
 from __future__ import annotations
 
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -58,31 +57,57 @@ def to_bytes(q: Decimal) -> int:
     return int_value(q)
 
 
-# One cache per direction: a single-argument lru key is the argument itself (no key tuple per call).
-@lru_cache(maxsize=4096)
+# Verdict caches, one per conversion: plain dicts read with .get, the cheapest hit there is. Only
+# short texts go in (quantity.cacheable: no huge hostile strings), so only str keys exist and a
+# number never hits its text (1, 1.0 and True would share a key with each other, never with "1").
+_CACHE_SIZE = 4096
+_MILLI_CORES: dict[str, str] = {}
+_BYTES: dict[str, str] = {}
+_CANONICAL: dict[str, str] = {}
+
+
+def _cached(cache: dict[str, str], compute: Any, raw: Any) -> str:
+    """``compute(raw)`` through ``cache``; QuantityError, or TypeError for an unhashable ``raw``."""
+    text = cache.get(raw)
+    if text is None:
+        text = compute(raw)
+        if cacheable(raw):
+            if len(cache) >= _CACHE_SIZE:
+                cache.clear()
+            cache[raw] = text
+    return text
+
+
 def _milli_cores_text(raw: Any) -> str:
     """The whole milli-cores of a raw cpu quantity, as a string (QuantityError)."""
     return str(to_milli_cores(parse_quantity(raw)))
 
 
-@lru_cache(maxsize=4096)
 def _bytes_text(raw: Any) -> str:
     """The whole bytes of a raw memory quantity, as a string (QuantityError)."""
     return str(to_bytes(parse_quantity(raw)))
 
 
-@lru_cache(maxsize=4096)
-def canonical(raw: Any) -> str:
-    """A quantity as Go prints it after parsing: "1000" -> "1k", "1024Mi" -> "1Gi" (a binary suffix
-    keeps the binary form, whole values only, which is all Kubernetes stores); QuantityError."""
+def _canonical(raw: Any) -> str:
     q = parse_quantity(raw)
     if isinstance(raw, str) and raw[-2:] in _BINARY_SUFFIXES and q == q.to_integral_value():
         return format_binary_si(int(q))
     return format_decimal_si(q)
 
 
-def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
-    """A ResourceList with cpu/memory renamed and re-expressed; also the native keys converted.
+def canonical(raw: Any) -> str:
+    """A quantity as Go prints it after parsing: "1000" -> "1k", "1024Mi" -> "1Gi" (a binary suffix
+    keeps the binary form, whole values only, which is all Kubernetes stores); QuantityError."""
+    try:
+        return _cached(_CANONICAL, _canonical, raw)
+    except TypeError:  # unhashable (a list or map): no cache, and the QuantityError it deserves
+        return _canonical(raw)
+
+
+def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
+                 prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+    """A ResourceList with cpu/memory renamed and re-expressed; also the native keys converted
+    (each as ``prefix`` + name).
 
     The converted key takes the native key's place (an existing extended value is overwritten,
     as Koordinator does). An unparsable quantity is left alone for the validating rules to report.
@@ -93,29 +118,71 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[
     done: list[str] = []
     for name, raw in values.items():
         if name == CPU or name == MEMORY:
-            try:
-                fn = _milli_cores_text if name == CPU else _bytes_text
-                text = fn(raw) if cacheable(raw) else fn.__wrapped__(raw)
-                out[cpu_name if name == CPU else mem_name] = text
+            try:  # _cached inlined: this runs for every quantity of every container
+                cache = _MILLI_CORES if name == CPU else _BYTES
+                text = cache.get(raw)
+                if text is None:
+                    text = _cached(cache, _milli_cores_text if name == CPU else _bytes_text, raw)
             except (QuantityError, TypeError):  # TypeError: an unhashable (list/map) value
                 out[name] = clone(raw)
                 continue
-            done.append(name)
+            out[cpu_name if name == CPU else mem_name] = text
+            done.append(prefix + name)
         elif name not in out:
             out[name] = clone(raw) if isinstance(raw, (dict, list)) else raw
     return out, done
 
 
+# Whole-container results, keyed by the JSON text of (requests, limits): a pod's containers, and the
+# pods of one workload, repeat a few resource shapes, and a hit skips every per-quantity step.
+# Entries are made for all-text lists only, and a JSON string can only come from a text value (JSON
+# keeps 1, 1.0, true, null and "1" apart; datetimes and str subclasses, which orjson would also write
+# as strings, are refused), so a hit means the same texts. The key's length is bounded (no huge
+# hostile texts held).
+_RESOURCES: dict[tuple[bytes, str, str], tuple[tuple[tuple[str, dict[str, str]], ...], tuple[str, ...]]] = {}
+_RESOURCES_KEY_LIMIT = 512
+_KEY_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_SUBCLASS
+
+
 def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
     """A container's ``resources`` converted; a limit without a request gets the request = limit."""
+    requests, limits = resources.get("requests"), resources.get("limits")
+    try:
+        text = orjson.dumps([requests, limits], option=_KEY_OPTIONS)
+    except TypeError:  # not JSON data (an integer beyond 64 bits, deep nesting, a datetime): no entry
+        return _convert_resources(resources, cpu_name, mem_name)
+    key = (text, cpu_name, mem_name)
+    hit = _RESOURCES.get(key)
+    if hit is not None:
+        lists, done = hit
+        out = dict(resources)
+        for kind, values in lists:
+            out[kind] = dict(values)  # fresh maps: callers hand them on (patch ops)
+        return out, list(done)
+    out, converted = _convert_resources(resources, cpu_name, mem_name)
+    if len(text) <= _RESOURCES_KEY_LIMIT and _all_text(requests) and _all_text(limits):
+        if len(_RESOURCES) >= _CACHE_SIZE:
+            _RESOURCES.clear()
+        # The lists the conversion made (a list that is not a map stays as it was, in ``out`` too).
+        lists = tuple((kind, dict(out[kind])) for kind in ("requests", "limits")
+                      if kind in out and out[kind] is not resources.get(kind))
+        _RESOURCES[key] = (lists, tuple(converted))
+    return out, converted
+
+
+def _all_text(values: Any) -> bool:
+    """A ResourceList of texts only (or none at all)."""
+    return values is None or isinstance(values, dict) and all(type(v) is str for v in values.values())
+
+
+def _convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
     out = dict(resources)
     done: list[str] = []
-    for kind in ("requests", "limits"):
+    for kind, prefix in (("requests", "requests."), ("limits", "limits.")):
         values = resources.get(kind)
         if isinstance(values, dict):
-            out[kind], converted = convert_list(values, cpu_name, mem_name)
-            for n in converted:
-                done.append(f"{kind}.{n}")
+            out[kind], converted = convert_list(values, cpu_name, mem_name, prefix)
+            done += converted
     limits = out.get("limits")
     if isinstance(limits, dict):
         requests = out.get("requests")
@@ -141,9 +208,9 @@ def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str) -> list[tupl
             changes.append((("spec", field, i, "resources"), new, done))
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
-        new, done = convert_list(overhead, cpu_name, mem_name)
+        new, done = convert_list(overhead, cpu_name, mem_name, "overhead.")
         if done:
-            changes.append((("spec", "overhead"), new, [f"overhead.{n}" for n in done]))
+            changes.append((("spec", "overhead"), new, done))
     return changes
 
 
@@ -163,8 +230,7 @@ def extended_resource_spec(spec: dict[str, Any]) -> dict[str, Any]:
             for name in _SPEC_RESOURCES:
                 if name in values:
                     try:
-                        raw = values[name]
-                        picked[name] = canonical(raw) if cacheable(raw) else canonical.__wrapped__(raw)
+                        picked[name] = canonical(values[name])
                     except (QuantityError, TypeError):
                         continue
             if picked:

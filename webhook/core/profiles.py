@@ -14,6 +14,7 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from webhook.core.priority import SUB_PRIORITY_LABEL, preemption_policy_of
@@ -57,6 +58,18 @@ def parse_probability(value: Any) -> int:
 
 def probability_draw(namespace: str, name: str) -> int:
     """The pod's draw in 0..99: stable across processes and (re)invocations (not Python's hash())."""
+    # Pods of one ReplicaSet share their identity (generateName), so the draw repeats: cached, for
+    # texts of a valid length only (no hostile megabyte key held; no 1/True key collisions).
+    if type(namespace) is str and type(name) is str and len(namespace) + len(name) <= _DRAW_KEY_LIMIT:
+        return _draw(namespace, name)
+    return _draw.__wrapped__(namespace, name)
+
+
+_DRAW_KEY_LIMIT = 63 + 253  # the longest namespace and pod names
+
+
+@lru_cache(maxsize=4096)
+def _draw(namespace: str, name: str) -> int:
     digest = hashlib.blake2b(f"{namespace}/{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % 100
 
