@@ -122,3 +122,14 @@ def test_an_object_orjson_cannot_write_never_breaks_an_answer(name: str, extra: 
         assert r.status_code in (200, 400), r.text
         if r.status_code == 400:
             assert "cannot be written back in a patch" in r.json()["error"]
+
+
+def test_malformed_resources_on_a_be_pod_outside_the_batch_band_is_no_internal_error() -> None:
+    from tests.mutating import pod
+
+    p = pod()
+    p["metadata"].setdefault("labels", {})["koordinator.sh/qosClass"] = "BE"
+    p["spec"]["priority"] = 0
+    p["spec"]["containers"][0]["resources"] = "x"
+    decision = chain.mutate(request(p), make_state(), chain.Settings())
+    assert decision.code != 500, decision.message

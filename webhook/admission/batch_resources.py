@@ -51,7 +51,9 @@ def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
 
 def _asks_native(spec: dict) -> bool:  # type: ignore[type-arg]
     for _, _, c in iter_containers(spec):
-        res = c.get("resources") or {}
+        res = c.get("resources")
+        if not isinstance(res, dict):  # malformed: the validating rules report it
+            continue
         for kind in ("requests", "limits"):
             values = res.get(kind)
             if isinstance(values, dict) and (CPU in values or MEMORY in values):
