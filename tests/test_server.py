@@ -182,3 +182,37 @@ def test_tls_is_required_and_verified(server: Server) -> None:
     with pytest.raises(httpx.ConnectError):
         httpx.get(server.url + "/healthz", verify=ssl.create_default_context(), timeout=3)
     assert server.server.config.ssl.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def test_reviews_answer_the_same_when_mounted_under_a_prefix(example_state: ClusterState, cert_dir: Path) -> None:
+    """Under a path prefix the fast path does not match; the FastAPI routes answer through the same code."""
+    import asyncio
+
+    from fastapi import FastAPI
+
+    from webhook.admission.app import create_app
+
+    outer = FastAPI()
+    outer.mount("/hooks", create_app(example_state))
+    review = load_fixture("admission/v1-mutate-create-plain.json")
+    review["request"]["object"]["spec"].pop("priority", None)
+    body = json.dumps(review).encode()
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
+             "scheme": "https", "path": "/hooks/mutate", "raw_path": b"/hooks/mutate", "query_string": b"",
+             "root_path": "", "headers": [(b"content-type", b"application/json"),
+                                          (b"content-length", str(len(body)).encode())],
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 8443)}
+    asyncio.run(outer(scope, receive, send))
+    assert sent[0]["status"] == 200
+    answer = json.loads(b"".join(m.get("body", b"") for m in sent[1:]))
+    assert answer["response"]["uid"] == review["request"]["uid"]
+    ops = json.loads(base64.b64decode(answer["response"]["patch"]))
+    assert {"op": "add", "path": "/spec/priority", "value": 0} in ops

@@ -123,25 +123,30 @@ class _ReviewFastPath:
         self.answer = answer
         self.reviews = reviews
 
+    async def reply(self, endpoint: str, run, headers, receive) -> tuple[int, bytes] | None:  # type: ignore[no-untyped-def]
+        """Read the body under the size limit and answer it; None when the client went away."""
+        length = next((v for k, v in headers if k == b"content-length"), None)
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return 413, _error_body(413, _too_large(int(length)))
+        chunks, size, more = [], 0, True
+        while more and size <= MAX_BODY_BYTES:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+        if size > MAX_BODY_BYTES:
+            return 413, _error_body(413, _too_large(None))
+        return self.answer(endpoint, run, b"".join(chunks))
+
     async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
         endpoint, run = self.reviews[scope["path"]]
-        length = next((v for k, v in scope["headers"] if k == b"content-length"), None)
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            status, payload = 413, _error_body(413, _too_large(int(length)))
-        else:
-            chunks, size, more = [], 0, True
-            while more and size <= MAX_BODY_BYTES:
-                message = await receive()
-                if message["type"] == "http.disconnect":
-                    return
-                chunk = message.get("body", b"")
-                size += len(chunk)
-                chunks.append(chunk)
-                more = message.get("more_body", False)
-            if size > MAX_BODY_BYTES:
-                status, payload = 413, _error_body(413, _too_large(None))
-            else:
-                status, payload = self.answer(endpoint, run, b"".join(chunks))
+        result = await self.reply(endpoint, run, scope["headers"], receive)
+        if result is None:
+            return
+        status, payload = result
         await send({"type": "http.response.start", "status": status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(payload)).encode())]})
@@ -202,35 +207,23 @@ def create_app(state: ClusterState, settings: chain.Settings | None = None) -> F
 
     reviews = {"/mutate": ("mutate", chain.mutate), "/validate": ("validate", chain.validate)}
 
-    async def via_fastapi(request: Request) -> Response:
-        endpoint, run = reviews[request.url.path]
-        body = b""
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            status, payload = 413, _error_body(413, _too_large(int(length)))
-        else:
-            chunks, size = [], 0
-            async for chunk in request.stream():
-                size += len(chunk)
-                if size > MAX_BODY_BYTES:
-                    break
-                chunks.append(chunk)
-            body = b"".join(chunks)
-            if size > MAX_BODY_BYTES:
-                status, payload = 413, _error_body(413, _too_large(None))
-            else:
-                status, payload = answer(endpoint, run, body)
+    async def via_fastapi(request: Request, endpoint: str) -> Response:
+        # Reached when the fast path did not match, e.g. the app mounted under a path prefix.
+        fast = app.review_fast_path
+        assert fast is not None
+        result = await fast.reply(endpoint, reviews["/" + endpoint][1], request.scope["headers"], request.receive)
+        status, payload = result or (400, _error_body(400, "the client closed the connection"))
         return Response(payload, status_code=status, media_type=JSON)
 
     @app.post("/mutate", openapi_extra={"requestBody": _REVIEW_BODY}, responses=_REVIEW_RESPONSES)
     async def mutate(request: Request) -> Response:
         """Mutating admission: colocation profiles, priority resolution, batch resources."""
-        return await via_fastapi(request)
+        return await via_fastapi(request, "mutate")
 
     @app.post("/validate", openapi_extra={"requestBody": _REVIEW_BODY}, responses=_REVIEW_RESPONSES)
     async def validate(request: Request) -> Response:
         """Validating admission: batch resource rules, Koordinator rules, PriorityClass quota presence."""
-        return await via_fastapi(request)
+        return await via_fastapi(request, "validate")
 
     app.review_fast_path = _ReviewFastPath(answer, reviews)
 
