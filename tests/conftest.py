@@ -13,6 +13,13 @@ from webhook.cluster.sources import example_folder
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 
+# The four Koordinator PriorityClasses as the recorded cluster has them, for tests' cluster-state folders.
+KOORD_PRIORITY_CLASSES_YAML = "---\n".join(
+    f"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {{name: {name}}}\nvalue: {value}\n"
+    "preemptionPolicy: PreemptLowerPriority\n"
+    for name, value in (("koord-prod", 9000), ("koord-mid", 7000), ("koord-batch", 5000), ("koord-free", 3000)))
+
+
 def load_fixture(rel: str) -> Any:
     return json.loads((FIXTURES / rel).read_text())
 

@@ -13,30 +13,14 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests.conftest import load_fixture
+from tests.conftest import KOORD_PRIORITY_CLASSES_YAML, load_fixture
 from tests.serving import Server, run_server
 from webhook.cli.webhook import main
 from webhook.cluster.files import FilesSource
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 from webhook.core.priority import resolve_priority
 
-STATE_YAML = """
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: koord-prod}
-value: 9000
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: koord-batch}
-value: 5000
-preemptionPolicy: PreemptLowerPriority
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: koord-mid}
-value: 7000
----
+STATE_YAML = KOORD_PRIORITY_CLASSES_YAML + """---
 apiVersion: v1
 kind: Namespace
 metadata: {name: colo-demo, labels: {koordinator.sh/enable-colocation: "true"}}

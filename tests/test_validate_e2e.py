@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.conftest import load_fixture
+from tests.conftest import KOORD_PRIORITY_CLASSES_YAML, load_fixture
 from tests.serving import Server, run_server
 from tests.validating_helpers import BATCH_CPU, BATCH_MEMORY, KOORD_PROD_CONFIG, container, pod
 from webhook.admission import chain
@@ -19,17 +19,7 @@ from webhook.admission.quota_config import load_quota_config
 from webhook.cluster.files import FilesSource
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
-STATE_YAML = """\
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: koord-prod}
-value: 9000
----
-apiVersion: scheduling.k8s.io/v1
-kind: PriorityClass
-metadata: {name: koord-batch}
-value: 5000
----
+STATE_YAML = KOORD_PRIORITY_CLASSES_YAML + """---
 apiVersion: v1
 kind: Namespace
 metadata: {name: prod-apps, labels: {team: prod}}
