@@ -37,8 +37,7 @@ from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
-FIXTURE = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "admission" / \
-    "v1-mutate-create-koord-batch-init-containers.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "examples" / "admissionreview-koord-batch.json"
 PROFILE_COUNTS = (1, 10, 100, 1000)
 CONTAINER_COUNTS = (1, 10, 50)
 TARGETS_US = {10: 150.0, 1000: 2000.0}  # profiles -> mutate + validate

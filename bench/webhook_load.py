@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_REVIEW = ROOT.parent / "shared" / "fixtures" / "admission" / "v1-mutate-create-koord-batch-init-containers.json"
+DEFAULT_REVIEW = ROOT / "examples" / "admissionreview-koord-batch.json"
 LUA = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"

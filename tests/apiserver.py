@@ -1,4 +1,4 @@
-"""A local HTTP server that replays recorded kube-apiserver exchanges (../shared/fixtures/api).
+"""A local HTTP server that replays recorded kube-apiserver exchanges (tests/fixtures/api).
 
 Tests point the official kubernetes client at it, so the live source and the agent's API calls
 are exercised against real recorded responses, not mocks of our own code.
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-API_FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "api"
+API_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "api"
 
 
 def load_exchange(name: str) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from webhook.admission.app import create_app
 from webhook.cluster.state import ClusterState
 from webhook.tls import CertPaths, ensure_localhost
 
-FIXTURES = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 
 def free_port() -> int:

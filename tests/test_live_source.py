@@ -1,4 +1,4 @@
-"""The live source against a replay of recorded kube-apiserver answers (../shared/fixtures/api).
+"""The live source against a replay of recorded kube-apiserver answers (tests/fixtures/api).
 
 Every test goes through a real kubeconfig file and the official kubernetes client; the replay server
 answers with recorded bodies (a few derived from them where the recording has no such answer, named so).

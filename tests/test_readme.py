@@ -1,0 +1,105 @@
+"""The README works as written: its shell blocks run, in order, right after its two set-up commands.
+
+The first ``sh`` block installs and serves, the second installs and runs the tests; CI has just done the
+install (``.ci/run``), so the first block's last command (``serve``) is started in the background and every later
+block runs as written in a fresh folder holding only what a clone has (the repository's files, the venv).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+VENV_BIN = Path(sys.prefix) / "bin"
+
+
+def sh_blocks(text: str) -> list[str]:
+    return re.findall(r"^```sh\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def tracked_files() -> list[Path]:
+    """The files a clone has: git's list where this is a checkout, else every file but local state."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+        return [ROOT / name for name in out.decode().split("\0") if name]
+    except (OSError, subprocess.CalledProcessError):
+        skip = {".git", ".venv", "__pycache__", ".hypothesis", ".pytest_cache", "certs"}
+        return [p for p in ROOT.rglob("*") if p.is_file() and not skip & set(p.relative_to(ROOT).parts)]
+
+
+def test_no_tracked_file_names_the_team_shelf() -> None:
+    shelf = "/".join(("..", "shared"))  # spelled apart so this file does not name it
+    found = [str(p.relative_to(ROOT)) for p in tracked_files()
+             if p.is_file() and shelf.encode() in p.read_bytes()]
+    assert found == [], f"these files name {shelf}, which a user's clone does not have: {found}"
+
+
+def test_the_set_up_blocks_are_the_ones_ci_runs() -> None:
+    blocks = sh_blocks(README.read_text())
+    assert len(blocks) >= 2, "the README starts with two sh blocks: install and serve, install and test"
+    serve, tests = blocks[0].strip(), blocks[1].strip()
+    assert serve.startswith("python3 -m venv .venv && ") and serve.endswith("colocation-webhook serve")
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()
+    assert ci[-1] == tests, "the last line of .ci/run is exactly the README's test command"
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as s:
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture()
+def clone(tmp_path: Path) -> Iterator[Path]:
+    """A folder with the repository's files and the installed venv, as right after the set-up commands."""
+    if not (VENV_BIN / "colocation-webhook").exists():
+        pytest.skip(f"the tests do not run from a venv with the project installed ({VENV_BIN})")
+    if shutil.which("curl") is None:
+        pytest.skip("curl is not installed; the README's checks use it")
+    for p in tracked_files():
+        if p.is_file():
+            dest = tmp_path / p.relative_to(ROOT)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(p, dest)
+    (tmp_path / ".venv").symlink_to(Path(sys.prefix))
+    yield tmp_path
+
+
+def test_every_readme_command_works_as_written(clone: Path) -> None:
+    blocks = sh_blocks(README.read_text())
+    serve_cmd = blocks[0].strip().split(" && ")[-1]
+    assert not _port_open(8443), "port 8443 is taken; the README's serve command needs it"
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    server = subprocess.Popen(["bash", "-c", f"exec {serve_cmd}"], cwd=clone, env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while not _port_open(8443):
+            assert server.poll() is None, f"serve exited: {server.stdout.read().decode()}"  # type: ignore[union-attr]
+            assert time.monotonic() < deadline, "serve did not listen on 8443 within 30 s"
+            time.sleep(0.1)
+        outputs = []
+        for block in blocks[2:]:
+            run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=clone, env=env,
+                                 capture_output=True, text=True, timeout=60)
+            assert run.returncode == 0, f"README block failed ({run.returncode}):\n{block}\n{run.stderr}"
+            assert run.stdout.strip(), f"README block printed nothing:\n{block}"
+            outputs.append(run.stdout)
+        text = "\n".join(outputs)
+        assert text.startswith("okok"), "healthz then readyz answer ok"
+        assert '"patchType":"JSONPatch"' in text, "the recorded review gets a patch from /mutate"
+        assert "kubernetes.io/batch-cpu" in text, "review converts the example pod's cpu to batch-cpu"
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=15) == 0, "serve exits 0 on SIGTERM"
