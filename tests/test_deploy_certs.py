@@ -63,12 +63,12 @@ def test_generate_days(tmp_path: Path) -> None:
     assert _gen(tmp_path, "--days", "30") == 0
     leaf = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
     assert (leaf.not_valid_after_utc - leaf.not_valid_before_utc).days == 30
-    assert _gen(tmp_path / "zero", "--days", "0", "--force") == 1
+    assert _gen(tmp_path / "zero", "--days", "0", "--force") == 2
 
 
 @pytest.mark.parametrize(("name", "second", "exit_code", "cert_replaced", "ca_replaced"), [
     ("same names: kept", [], 0, False, False),
-    ("other names: refused", ["--service", "other"], 1, False, False),
+    ("other names: refused", ["--service", "other"], 2, False, False),
     ("other names with --force: replaced, CA kept", ["--service", "other", "--force"], 0, True, False),
     ("--force: new leaf, same CA", ["--force"], 0, True, False),
     ("--force --new-ca: both new", ["--force", "--new-ca"], 0, True, True),

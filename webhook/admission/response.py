@@ -46,3 +46,19 @@ def forbidden(name: str, message: str, rule: str = "", resource: str = "pods") -
 def errored(code: int, message: str, rule: str = "") -> Decision:
     reason = {400: "BadRequest", 500: "InternalError"}.get(code, "")
     return Decision(allowed=False, code=code, reason=reason, message=message, rule=rule)
+
+
+def chain_outcome(mutation: Decision, validation: Decision) -> Decision:
+    """What the apiserver makes of a mutating answer followed by a validating one, as one answer.
+
+    A denial by either step stops the request (the mutating patch is then never applied, so none is
+    carried); the warnings and audit annotations of both steps reach the client either way.
+    """
+    last = mutation if not mutation.allowed else validation
+    out = Decision(allowed=last.allowed, code=last.code, reason=last.reason, message=last.message, rule=last.rule,
+                   patch=list(mutation.patch) if last.allowed else [])
+    for w in mutation.warnings + (validation.warnings if mutation.allowed else []):
+        out.warn(w)
+    out.audit_annotations = {**mutation.audit_annotations,
+                             **(validation.audit_annotations if mutation.allowed else {})}
+    return out

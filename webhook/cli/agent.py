@@ -1,7 +1,7 @@
-"""``colocation-agent``: the node agent (memory eviction, kubelet-style thresholds, batch resources).
+"""colocation-agent: the node agent (memory eviction, kubelet-style thresholds, batch resources).
 
-    colocation-agent once --node-name N [--cluster-state DIR | --kubeconfig F] [--output json|text]
-    colocation-agent run  --node-name N [--kubeconfig F] [--interval 1s] [--dry-run] [--metrics-port 9316]
+  run    measure, decide and act every --interval (a DaemonSet pod, or --dry-run anywhere)
+  once   one measure-and-decide cycle on this machine, printed; nothing is acted on
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import orjson
 
-from webhook.cli.common import EXIT_USAGE, UsageError, run_main, setup_logging
+from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
 from webhook.cluster.files import StateFileError
 from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
 from webhook.core.durations import DurationError, parse_duration
@@ -26,12 +26,6 @@ from webhook.core.quantity import format_binary_si
 from webhook.core.thresholds import ThresholdError, parse_thresholds, parse_transition_period
 
 log = logging.getLogger("colocation-agent")
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not usage + message
-        print(f"{self.prog}: {message}", file=sys.stderr)
-        sys.exit(EXIT_USAGE)
 
 
 # -- shared pieces ------------------------------------------------------------------------------------
@@ -223,41 +217,50 @@ def run(args: argparse.Namespace) -> int:
 
 # -- entry point ----------------------------------------------------------------------------------------
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--node-name", default=None, help="this node (default: $NODE_NAME)")
-    p.add_argument("--proc-root", default="/proc")
-    p.add_argument("--cgroup-root", default="/sys/fs/cgroup")
-    p.add_argument("--eviction-hard", metavar="SIGNAL<VALUE,...", help="e.g. memory.available<500Mi")
-    p.add_argument("--eviction-soft", metavar="SIGNAL<VALUE,...")
-    p.add_argument("--eviction-soft-grace-period", metavar="SIGNAL=DURATION,...")
-    p.add_argument("--eviction-minimum-reclaim", metavar="SIGNAL=VALUE,...")
-    p.add_argument("--eviction-pressure-transition-period", metavar="DURATION", help="default 5m0s")
-    p.add_argument("--config-namespace", default=SLO_CONFIG_NAMESPACE)
-    p.add_argument("--config-name", default=SLO_CONFIG_NAME)
+    p.add_argument("--node-name", default=None, help="this node's name (default: $NODE_NAME)")
+    p.add_argument("--proc-root", default="/proc", metavar="DIR", help="where /proc is mounted")
+    p.add_argument("--cgroup-root", default="/sys/fs/cgroup", metavar="DIR", help="where the cgroup filesystem is")
+    p.add_argument("--eviction-hard", metavar="SIGNAL<VALUE,...",
+                   help="kubelet-style hard thresholds, e.g. memory.available<500Mi")
+    p.add_argument("--eviction-soft", metavar="SIGNAL<VALUE,...",
+                   help="kubelet-style soft thresholds (each needs a grace period)")
+    p.add_argument("--eviction-soft-grace-period", metavar="SIGNAL=DURATION,...",
+                   help="how long a soft threshold must hold, e.g. memory.available=1m30s")
+    p.add_argument("--eviction-minimum-reclaim", metavar="SIGNAL=VALUE,...",
+                   help="how much beyond the threshold to free, e.g. memory.available=0.5Gi")
+    p.add_argument("--eviction-pressure-transition-period", metavar="DURATION",
+                   help="how long a pressure condition stays after its threshold clears (default: 5m0s)")
+    p.add_argument("--config-namespace", default=SLO_CONFIG_NAMESPACE,
+                   help="namespace of the slo-controller-config ConfigMap")
+    p.add_argument("--config-name", default=SLO_CONFIG_NAME, help="name of that ConfigMap")
     p.add_argument("--sync-timeout", type=float, default=30.0, help=argparse.SUPPRESS)
 
 
 def parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="colocation-agent", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    p, sub = program_parser("colocation-agent", __doc__ or "")
 
-    r = sub.add_parser("run", help="measure, decide and act every --interval")
+    r = sub.add_parser("run", help="measure, decide and act every --interval",
+                       description="Measure the node, evict BE pods past the memory watermark or a kubelet-style "
+                                   "threshold, and publish batch resources in the node status, every --interval.")
     _common(r)
-    r.add_argument("--kubeconfig")
+    r.add_argument("--kubeconfig", metavar="F", help="the cluster to act on (default: in-cluster config)")
     r.add_argument("--cluster-state", type=Path, metavar="DIR", help="a folder of manifests (with --dry-run)")
-    r.add_argument("--interval", default="1s")
+    r.add_argument("--interval", default="1s", metavar="DURATION", help="how often a full cycle runs")
     r.add_argument("--dry-run", action="store_true", help="log every decision, act on nothing")
-    r.add_argument("--metrics-port", type=int, default=9316, help="0 disables /metrics")
-    r.add_argument("--log-format", choices=("text", "json"), default="text")
+    r.add_argument("--metrics-port", type=int, default=9316, metavar="PORT", help="port of /metrics; 0 disables it")
+    r.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
     r.set_defaults(func=run)
 
-    o = sub.add_parser("once", help="one measure-and-decide cycle, printed, nothing acted on")
+    o = sub.add_parser("once", help="one measure-and-decide cycle, printed, nothing acted on",
+                       description="Measure this machine once and print what the agent would decide; nothing is "
+                                   "acted on. With no cluster flag, no pods are known (the node alone is measured).")
     _common(o)
     src = o.add_mutually_exclusive_group()
-    src.add_argument("--cluster-state", type=Path, metavar="DIR")
-    src.add_argument("--kubeconfig")
-    o.add_argument("--output", choices=("json", "text"), default="json")
-    o.add_argument("--cpu-sample-seconds", type=float, default=0.25,
-                   help="how long to watch CPU counters (0: no CPU figures)")
+    src.add_argument("--cluster-state", type=Path, metavar="DIR", help="a folder of manifests (pods, node, config)")
+    src.add_argument("--kubeconfig", metavar="F", help="read this node's pods and config from a cluster")
+    o.add_argument("-o", "--output", choices=("json", "text"), default="json", help="the cycle as JSON or text")
+    o.add_argument("--cpu-sample-seconds", type=float, default=0.25, metavar="S",
+                   help="how long to watch CPU counters; 0: no CPU figures")
     o.set_defaults(func=once)
     return p
 

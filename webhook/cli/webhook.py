@@ -1,4 +1,4 @@
-"""``colocation-webhook``: serve the admission webhook, review a pod offline, or make its certificates."""
+"""colocation-webhook: serve the admission webhook, review a pod offline, or make its certificates."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import yaml
 from webhook.admission import chain
 from webhook.admission.patch import apply_ops
 from webhook.admission.quota_config import QuotaConfigError, load_quota_config
-from webhook.admission.response import Decision
+from webhook.admission.response import Decision, chain_outcome
 from webhook.admission.review import AdmissionRequest, ReviewError, encode_response, review_from_dict
-from webhook.cli.common import UsageError, run_main, setup_logging
+from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
 from webhook.cluster.files import StateFileError
 from webhook.cluster.sources import LiveSourceError, build_source, describe
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
@@ -162,22 +162,21 @@ def review(args: argparse.Namespace) -> int:
     if explain is not None:
         print("\n".join(explain) or "no rule handled this request", file=sys.stderr)
         print(f"patch: {orjson.dumps(mutation.patch).decode()}", file=sys.stderr)
+    outcome = chain_outcome(mutation, validation)
     if args.output == "review":
-        out = {"mutate": orjson.loads(encode_response(api_version, req.uid, mutation)),
-               "validate": orjson.loads(encode_response(api_version, req.uid, validation))}
-        sys.stdout.write(orjson.dumps(out, option=orjson.OPT_INDENT_2).decode() + "\n")
+        answer = orjson.loads(encode_response(api_version, req.uid, outcome))
+        sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.output == "patch":
         sys.stdout.write(orjson.dumps(mutation.patch, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.output == "json":
         sys.stdout.write(orjson.dumps(final, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
         sys.stdout.write(yaml.safe_dump(final, sort_keys=False))
-    for w in mutation.warnings + validation.warnings:
+    for w in outcome.warnings:
         print(f"Warning: {w}", file=sys.stderr)
-    for verdict in (mutation, validation):
-        if not verdict.allowed:
-            print(f"denied by {verdict.rule or 'webhook'}: {verdict.message}", file=sys.stderr)
-            return EXIT_DENIED
+    if not outcome.allowed:
+        print(f"denied by {outcome.rule or 'webhook'}: {outcome.message}", file=sys.stderr)
+        return EXIT_DENIED
     return 0
 
 
@@ -188,9 +187,8 @@ def certs_generate(args: argparse.Namespace) -> int:
     try:
         paths, what = generate_for_service(args.out, args.service, args.namespace, days=args.days,
                                            force=args.force, new_ca=args.new_ca)
-    except CertsError as exc:
-        print(f"colocation-webhook: {exc}", file=sys.stderr)
-        return EXIT_DENIED
+    except CertsError as exc:  # refusing to overwrite is unusable input like any other: exit 2
+        raise UsageError(str(exc)) from None
     print(what, file=sys.stderr)
     print(f"CA {paths.ca_cert}, certificate {paths.cert}, key {paths.key} (keys are mode 0600)", file=sys.stderr)
     return 0
@@ -207,44 +205,68 @@ def certs_ca_bundle(args: argparse.Namespace) -> int:
 
 
 # -- entry point ----------------------------------------------------------------------------
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="colocation-webhook", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+DESCRIPTION = """colocation-webhook: the admission webhook for colocated clusters.
 
-    s = sub.add_parser("serve", help="serve /mutate and /validate over TLS")
-    s.add_argument("--host", default="0.0.0.0")
-    s.add_argument("--port", type=int, default=8443)
-    s.add_argument("--tls-cert-file")
-    s.add_argument("--tls-private-key-file")
+  serve    answer /mutate and /validate over TLS (the embedded example state when no cluster is given)
+  review   run the mutate-then-validate chain offline on a pod or AdmissionReview file
+  certs    make the serving certificate and CA for an in-cluster install
+"""
+
+
+def parser() -> argparse.ArgumentParser:
+    p, sub = program_parser("colocation-webhook", DESCRIPTION)
+
+    s = sub.add_parser("serve", help="serve /mutate and /validate over TLS",
+                       description="Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS.")
+    s.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    s.add_argument("--port", type=int, default=8443, help="HTTPS port")
+    s.add_argument("--tls-cert-file", metavar="F",
+                   help="serving certificate (PEM); with no TLS flags a localhost pair is made under ./certs/")
+    s.add_argument("--tls-private-key-file", metavar="F", help="its private key (PEM); goes with --tls-cert-file")
     src = s.add_mutually_exclusive_group()
-    src.add_argument("--kubeconfig")
-    src.add_argument("--cluster-state", type=Path, metavar="DIR")
-    s.add_argument("--quota-config", type=Path, metavar="F")
-    s.add_argument("--log-format", choices=("text", "json"), default="text")
+    src.add_argument("--kubeconfig", metavar="F",
+                     help="list+watch a cluster with this kubeconfig (default: in-cluster config when "
+                          "KUBERNETES_SERVICE_HOST is set, else the embedded example state)")
+    src.add_argument("--cluster-state", type=Path, metavar="DIR",
+                     help="a folder of manifests to serve from, reloaded when a file changes")
+    s.add_argument("--quota-config", type=Path, metavar="F",
+                   help="the apiserver's AdmissionConfiguration (ResourceQuota limitedResources) for quota presence")
+    s.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
     s.set_defaults(func=serve)
 
-    r = sub.add_parser("review", help="run the mutate-then-validate chain offline on a pod")
+    r = sub.add_parser("review", help="run the mutate-then-validate chain offline on a pod",
+                       description="Run the mutating then the validating chain on a Pod or AdmissionReview file, as "
+                                   "the apiserver would. Exit 0 when admitted, 1 when denied, 2 on unusable input.")
     r.add_argument("file", type=Path, metavar="FILE", help="a Pod manifest or an AdmissionReview (YAML or JSON)")
-    r.add_argument("--cluster-state", type=Path, metavar="DIR")
-    r.add_argument("--quota-config", type=Path, metavar="F")
-    r.add_argument("--operation", choices=("CREATE", "UPDATE"))
-    r.add_argument("--old", type=Path, metavar="FILE")
-    r.add_argument("--output", choices=("yaml", "json", "patch", "review"), default="yaml")
-    r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted")
+    r.add_argument("--cluster-state", type=Path, metavar="DIR",
+                   help="a folder of manifests (default: the embedded example state)")
+    r.add_argument("--quota-config", type=Path, metavar="F",
+                   help="the apiserver's AdmissionConfiguration (ResourceQuota limitedResources)")
+    r.add_argument("--operation", choices=("CREATE", "UPDATE"),
+                   help="the request's operation (default: UPDATE with --old, else CREATE)")
+    r.add_argument("--old", type=Path, metavar="FILE", help="the pod before the update (for UPDATE)")
+    r.add_argument("-o", "--output", choices=("yaml", "json", "patch", "review"), default="yaml",
+                   help="the admitted pod as YAML or JSON, the mutating JSONPatch, or the AdmissionReview answer")
+    r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted (stderr)")
     r.set_defaults(func=review)
 
-    c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service")
-    csub = c.add_subparsers(dest="certs_command", required=True)
-    g = csub.add_parser("generate", help="write ca.crt, ca.key, tls.crt, tls.key for SERVICE.NAMESPACE.svc")
+    c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service",
+                       description="Make or read the serving certificate and CA for an in-cluster install.")
+    csub = c.add_subparsers(dest="certs_command", required=True, metavar="COMMAND")
+    g = csub.add_parser("generate", help="write ca.crt, ca.key, tls.crt, tls.key for SERVICE.NAMESPACE.svc",
+                        description="Write ca.crt, ca.key, tls.crt and tls.key for SERVICE.NAMESPACE.svc. A valid "
+                                    "pair already there is kept; one for other names is refused (exit 2) unless "
+                                    "--force.")
     g.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
     g.add_argument("--namespace", required=True, help="its namespace (manifests: koordinator-system)")
-    g.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to write (default certs/)")
-    g.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
+    g.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to write")
+    g.add_argument("--days", type=int, default=365, help="validity in days")
     g.add_argument("--force", action="store_true", help="replace a valid pair (the CA is kept while it is good)")
     g.add_argument("--new-ca", action="store_true", help="with --force: also replace the CA (changes caBundle)")
     g.set_defaults(func=certs_generate)
-    b = csub.add_parser("ca-bundle", help="print the base64 CA certificate for a webhook's caBundle")
-    b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read (default certs/)")
+    b = csub.add_parser("ca-bundle", help="print the base64 CA certificate for a webhook's caBundle",
+                        description="Print the base64 CA certificate for a webhook configuration's caBundle.")
+    b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read")
     b.set_defaults(func=certs_ca_bundle)
     return p
 

@@ -1,0 +1,109 @@
+"""What a user meets first on both command lines: --version, help on every flag, -o, one review answer."""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.validating_helpers import KOORD_PROD_CONFIG
+from webhook import __version__
+from webhook.cli import agent as agent_cli
+from webhook.cli import webhook as webhook_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE_POD = ROOT / "examples" / "pod-koord-batch.yaml"
+PROGRAMS: list[tuple[str, Callable[[], argparse.ArgumentParser]]] = [
+    ("colocation-webhook", webhook_cli.parser), ("colocation-agent", agent_cli.parser)]
+
+
+def _all_parsers(p: argparse.ArgumentParser) -> Iterator[argparse.ArgumentParser]:
+    yield p
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                yield from _all_parsers(sub)
+
+
+@pytest.mark.parametrize("prog,make", PROGRAMS)
+def test_version(prog: str, make: Callable[[], argparse.ArgumentParser], capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        make().parse_args(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out.strip() == f"{prog} {__version__}"
+
+
+@pytest.mark.parametrize("prog,make", PROGRAMS)
+def test_every_flag_has_help_and_shows_its_default(prog: str, make: Callable[[], argparse.ArgumentParser]) -> None:
+    for p in _all_parsers(make()):
+        text = p.format_help()
+        assert "``" not in text, f"{p.prog}: reStructuredText quotes in the help"
+        for action in p._actions:
+            if not action.option_strings or action.help == argparse.SUPPRESS or action.dest in ("help", "version"):
+                continue
+            assert action.help, f"{p.prog} {action.option_strings[0]} has no help"
+            if action.default not in (None, False):
+                shown = f"(default: {action.default})"
+                flat = "".join(text.split())  # help wraps lines, and at hyphens
+                assert "".join(shown.split()) in flat, f"{p.prog} {action.option_strings[0]}: {shown} not shown"
+
+
+def _review(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+    code = webhook_cli.main(["review", *args, "-o", "review"])
+    out = capsys.readouterr()
+    return code, json.loads(out.out), out.err
+
+
+def test_review_output_is_one_admission_review_with_the_patch(capsys: pytest.CaptureFixture[str]) -> None:
+    code, answer, _ = _review([str(EXAMPLE_POD)], capsys)
+    assert code == 0
+    assert answer["apiVersion"] == "admission.k8s.io/v1" and answer["kind"] == "AdmissionReview"
+    response = answer["response"]
+    assert set(response) >= {"uid", "allowed", "patch", "patchType", "warnings"}
+    assert response["allowed"] is True and response["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(response["patch"]))
+    assert {"op": "add", "path": "/spec/priority", "value": 5000} in ops
+    assert any("converted cpu/memory" in w for w in response["warnings"])
+
+
+def test_review_output_on_a_validating_denial(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: colo-demo}\n"
+                   "spec:\n  priorityClassName: koord-prod\n  containers:\n  - {name: web, image: nginx}\n")
+    (tmp_path / "q.yaml").write_text(KOORD_PROD_CONFIG)
+    code, answer, err = _review([str(pod), "--quota-config", str(tmp_path / "q.yaml")], capsys)
+    assert code == 1
+    response = answer["response"]
+    assert response["allowed"] is False and "patch" not in response
+    assert response["status"] == {
+        "code": 403, "reason": "Forbidden",
+        "message": "insufficient quota to match these scopes: [{PriorityClass In [koord-prod]}]"}
+    assert "denied by quota-presence" in err
+
+
+def test_review_output_on_a_mutating_denial_keeps_its_warnings(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: default}\n"
+                   "spec:\n  priorityClassName: no-such-class\n  containers:\n  - {name: web, image: nginx}\n")
+    code, answer, _ = _review([str(pod)], capsys)
+    assert code == 1
+    assert answer["response"]["status"]["message"] == \
+        'pods "web" is forbidden: no PriorityClass with name no-such-class was found'
+
+
+def test_agent_once_short_output_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = agent_cli.main(["once", "--node-name", "n1", "-o", "text", "--cpu-sample-seconds", "0"])
+    assert code == 0
+    assert capsys.readouterr().out.startswith("node n1\n")
+
+
+def test_certs_generate_refusing_to_overwrite_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["certs", "generate", "--namespace", "ns", "--out", str(tmp_path)]
+    assert webhook_cli.main([*base, "--service", "a"]) == 0
+    assert webhook_cli.main([*base, "--service", "b"]) == 2
+    assert "colocation-webhook: " in capsys.readouterr().err
