@@ -14,6 +14,33 @@ class FakePod:
     current: int = 0               # memory.current / memory.usage_in_bytes
     inactive_file: int = 0
     usage_usec: int = 0
+    container_ids: tuple[str, ...] = ()   # "containerd://<id>": container folders named as the runtime names them
+
+
+UNLIMITED_V1_MEMORY = "9223372036854771712"
+
+
+def _container_leaf(container_id: str, driver: str) -> str:
+    runtime, _, cid = container_id.partition("://")
+    if driver == "systemd":
+        return {"containerd": f"cri-containerd-{cid}.scope", "docker": f"docker-{cid}.scope",
+                "cri-o": f"crio-{cid}.scope"}[runtime]
+    return f"crio-{cid}" if runtime == "cri-o" else cid
+
+
+def _limit_files_v2(d: Path, kubelet_weight: str = "1") -> None:
+    """What the kubelet leaves in a BestEffort pod's (or the besteffort QoS) folder: no limits, weight 1."""
+    (d / "cpu.max").write_text("max 100000\n")
+    (d / "cpu.weight").write_text(f"{kubelet_weight}\n")
+    (d / "memory.max").write_text("max\n")
+
+
+def _limit_files_v1(cpu: Path, mem: Path | None) -> None:
+    (cpu / "cpu.cfs_quota_us").write_text("-1\n")
+    (cpu / "cpu.cfs_period_us").write_text("100000\n")
+    (cpu / "cpu.shares").write_text("2\n")
+    if mem is not None:
+        (mem / "memory.limit_in_bytes").write_text(UNLIMITED_V1_MEMORY + "\n")
 
 
 def write_proc(root: Path, mem_total: int, mem_available: int, busy: int = 1000, idle: int = 9000,
@@ -55,12 +82,19 @@ def _pod_rel(pod: FakePod, driver: str) -> str:
     return f"kubepods/{pod.qos}/pod{pod.uid}"
 
 
+def _be_qos_rel(driver: str) -> str:
+    return "kubepods.slice/kubepods-besteffort.slice" if driver == "systemd" else "kubepods/besteffort"
+
+
 def write_cgroup_v2(root: Path, pods: list[FakePod], driver: str = "systemd") -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids rdma misc\n")
     base = root / ("kubepods.slice" if driver == "systemd" else "kubepods")
     base.mkdir(exist_ok=True)
     (base / "cgroup.controllers").write_text("cpuset cpu io memory pids\n")
+    be = root / _be_qos_rel(driver)
+    be.mkdir(exist_ok=True)
+    _limit_files_v2(be)
     for pod in pods:
         d = root / _pod_rel(pod, driver)
         d.mkdir(parents=True, exist_ok=True)
@@ -68,28 +102,46 @@ def write_cgroup_v2(root: Path, pods: list[FakePod], driver: str = "systemd") ->
         (d / "memory.stat").write_text(_memory_stat_v2(pod.inactive_file))
         (d / "cpu.stat").write_text(f"usage_usec {pod.usage_usec}\nuser_usec {pod.usage_usec // 2}\n"
                                     f"system_usec {pod.usage_usec // 2}\nnr_periods 0\n")
-        scope = d / ("cri-containerd-0123abcd.scope" if driver == "systemd" else "0123abcd")
-        scope.mkdir(exist_ok=True)
-        (scope / "memory.current").write_text(f"{pod.current}\n")
+        _limit_files_v2(d)
+        leaves = [_container_leaf(c, driver) for c in pod.container_ids] or \
+            ["cri-containerd-0123abcd.scope" if driver == "systemd" else "0123abcd"]
+        for leaf in leaves:
+            scope = d / leaf
+            scope.mkdir(exist_ok=True)
+            (scope / "memory.current").write_text(f"{pod.current}\n")
+            _limit_files_v2(scope)
     return root
 
 
-def write_cgroup_v1(root: Path, pods: list[FakePod], driver: str = "systemd") -> Path:
+def write_cgroup_v1(root: Path, pods: list[FakePod], driver: str = "systemd", separate_cpu: bool = False) -> Path:
+    """A v1 tree: cpu and cpuacct combined (``cpu,cpuacct`` with the usual symlinks) or mounted separately."""
     root.mkdir(parents=True, exist_ok=True)
-    for ctl in ("memory", "cpu,cpuacct", "cpuset"):
+    cpu_ctl, acct_ctl = ("cpu", "cpuacct") if separate_cpu else ("cpu,cpuacct", "cpu,cpuacct")
+    for ctl in ("memory", cpu_ctl, acct_ctl, "cpuset"):
         (root / ctl).mkdir(exist_ok=True)
-    for link in ("cpu", "cpuacct"):
-        if not (root / link).exists():
-            os.symlink("cpu,cpuacct", root / link)
+    if not separate_cpu:
+        for link in ("cpu", "cpuacct"):
+            if not (root / link).exists():
+                os.symlink("cpu,cpuacct", root / link)
+    be = root / cpu_ctl / _be_qos_rel(driver)
+    be.mkdir(parents=True, exist_ok=True)
+    _limit_files_v1(be, None)
     for pod in pods:
         rel = _pod_rel(pod, driver)
         mem = root / "memory" / rel
         mem.mkdir(parents=True, exist_ok=True)
         (mem / "memory.usage_in_bytes").write_text(f"{pod.current}\n")
         (mem / "memory.stat").write_text(_memory_stat_v1(pod.inactive_file))
-        cpu = root / "cpu,cpuacct" / rel
+        acct = root / acct_ctl / rel
+        acct.mkdir(parents=True, exist_ok=True)
+        (acct / "cpuacct.usage").write_text(f"{pod.usage_usec * 1000}\n")
+        cpu = root / cpu_ctl / rel
         cpu.mkdir(parents=True, exist_ok=True)
-        (cpu / "cpuacct.usage").write_text(f"{pod.usage_usec * 1000}\n")
+        _limit_files_v1(cpu, mem)
+        for leaf in (_container_leaf(c, driver) for c in pod.container_ids):
+            (cpu / leaf).mkdir(exist_ok=True)
+            (mem / leaf).mkdir(exist_ok=True)
+            _limit_files_v1(cpu / leaf, mem / leaf)
     return root
 
 

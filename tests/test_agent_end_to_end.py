@@ -61,9 +61,10 @@ def write_state(folder: Path, configmap: bool = True, cm_data: dict | None = Non
 def write_node(tmp: Path, used: int, usage: dict[str, int]) -> tuple[Path, Path]:
     """A 32Gi machine using ``used`` bytes, with a cgroup v2 (systemd) tree for the recorded pods."""
     proc = write_proc(tmp / "proc", 32 * GI, 32 * GI - used)
-    uids = {n: p["metadata"]["uid"] for n, p in pods_by_name().items()}
+    pods = pods_by_name()
     qos = {"ls-web-0": "guaranteed"}
-    fakes = [FakePod(uids[n], qos.get(n, "besteffort"), u, 0, 0) for n, u in usage.items()]
+    fakes = [FakePod(pods[n]["metadata"]["uid"], qos.get(n, "besteffort"), u, 0, 0,
+                     tuple(s["containerID"] for s in pods[n]["status"]["containerStatuses"])) for n, u in usage.items()]
     return proc, write_cgroup_v2(tmp / "cgroup", fakes)
 
 
@@ -83,7 +84,7 @@ def test_once_over_files_state(tmp_path: Path, capsys: pytest.CaptureFixture[str
     rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
                             "--cgroup-root", str(cg))
     assert rc == 0, err
-    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "conditions"]
+    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "conditions", "cgroupWrites"]
     assert out["memory"] == {"capacityBytes": 32 * GI, "usedBytes": 24 * GI, "usagePercent": 75.0}
     assert out["releaseTargetBytes"] == 2405181686            # ceil(24Gi - 32Gi × 68%)
     assert [(e["name"], e["priority"], e["usageBytes"], e["reason"]) for e in out["evictions"]] == [

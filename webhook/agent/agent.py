@@ -15,18 +15,23 @@ from datetime import datetime, timezone
 from typing import Any
 
 from webhook.agent.actions import EvictOutcome, KubeActions
-from webhook.agent.collectors import CollectError, Collector, Sample
-from webhook.agent.metrics import AgentMetrics
+from webhook.agent.cgroups import CgroupFiles
+from webhook.agent.collectors import CollectError, Collector, Layout, Sample
+from webhook.agent.metrics import UNITS, AgentMetrics, Health
+from webhook.agent.notify import WAKE, MemoryWatch
 from webhook.cluster.state import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
 from webhook.core import batch_allocatable as batchcalc
+from webhook.core import cpu_suppress as suppress
+from webhook.core.cgroup_limits import DEFAULT_CFS_PERIOD, UNLIMITED, CgroupWrite, Current, Folder, plan_writes
 from webhook.core.eviction import (
     EVENT_REASON_SUCCESS, EVICT_BY_NODE_MEMORY_USAGE, EvictionMemory, Victim, build_tasks, candidates,
     select_victims,
 )
-from webhook.core.qos import is_be
+from webhook.core.memory_notify import trigger_level
+from webhook.core.qos import is_be, kube_qos_class
 from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
 from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
-from webhook.core.slo_config import ConfigTracker
+from webhook.core.slo_config import ConfigTracker, CPUSuppress
 from webhook.core.thresholds import (
     DEFAULT_PRESSURE_TRANSITION_PERIOD, MEMORY_AVAILABLE, EngineState, Observation, Threshold, evaluate,
     watermark_threshold,
@@ -45,6 +50,7 @@ class AgentOptions:
     transition_period: float = DEFAULT_PRESSURE_TRANSITION_PERIOD
     config_map: tuple[str, str] = (SLO_CONFIG_NAMESPACE, SLO_CONFIG_NAME)
     dry_run: bool = False
+    enforce: bool = False          # write cgroups (``run``); ``once`` only lists the writes
 
 
 def _quantity(raw: Any) -> Any:
@@ -79,6 +85,12 @@ class Agent:
         self.last_condition: str | None = None
         self._last_collect_error: str | None = None
         self._request_cache: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {}
+        self._cgroups: CgroupFiles | None = None
+        self._suppress_recovered = False        # koordlet recovers the besteffort quota once when not suppressing
+        self._cpuset_warned = False
+        self.trigger_level: int | None = None    # node usage at which the next memory threshold is met
+        self.capacity = 0
+        self.first_evict_at: float | None = None  # monotonic time of this cycle's first eviction request
 
     # -- inputs -----------------------------------------------------------------------------------
     def _cluster(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]], dict[str, Any] | None]:
@@ -121,10 +133,15 @@ class Agent:
                 self._last_collect_error = str(exc)
         status = (node or {}).get("status") or {}
         out: dict[str, Any] = {"node": self.node_name, "memory": None, "releaseTargetBytes": 0, "evictions": [],
-                               "batch": {name: 0 for name in BATCH_RESOURCES}, "conditions": []}
+                               "batch": {name: 0 for name in BATCH_RESOURCES}, "conditions": [],
+                               "cgroupWrites": []}
+        self.first_evict_at = None
+        if self.actions is not None:
+            self.actions.begin_cycle()
         pressure = False
         if sample is not None:
             pressure = self._memory(now, sample, pods, status, watermark, out)
+            out["cgroupWrites"] = self._enforce(sample, node, pods, self.config.config.cpu_suppress_for_node(labels))
         out["batch"] = self._batch(now, sample, node, pods, status, colocation)
         out["conditions"] = [self._condition(node, pressure)]
         self.metrics.cycle.observe(time.perf_counter() - started)
@@ -143,6 +160,7 @@ class Agent:
         if watermark.enable:
             thresholds.insert(0, watermark_threshold(watermark.memoryEvictThresholdPercent,
                                                      watermark.memoryEvictLowerPercent))
+        self.trigger_level, self.capacity = trigger_level(thresholds, capacity), capacity
         result = evaluate(thresholds, obs, self.engine, now, self.options.transition_period)
         self.engine = result.state
         tasks = []
@@ -167,6 +185,8 @@ class Agent:
             return True
         if self.actions is None:
             return True  # planning only (``once``)
+        if self.first_evict_at is None:
+            self.first_evict_at = time.monotonic()
         result = self.actions.evict(c.namespace, c.name, c.uid)
         if result.outcome is not EvictOutcome.EVICTED:
             log.warning("eviction of %s/%s %s (%s): %s", c.namespace, c.name, result.outcome.value,
@@ -180,6 +200,82 @@ class Agent:
         reason = EVENT_REASON_SUCCESS if v.reason == EVICT_BY_NODE_MEMORY_USAGE else v.reason
         self.actions.event(involved, reason, v.message)
         return True
+
+    # -- cgroups: BE limits and BE suppression ----------------------------------------------------------
+    def _files(self, layout: Layout) -> CgroupFiles:
+        if self._cgroups is None or self._cgroups.layout != layout:
+            self._cgroups = CgroupFiles(layout, self.metrics)
+        return self._cgroups
+
+    def _enforce(self, sample: Sample, node: dict[str, Any] | None, pods: list[dict[str, Any]],
+                 cfg: CPUSuppress) -> list[dict[str, str]]:
+        """Plan (and in ``run``, make) this cycle's cgroup writes; returns them as ``once`` prints them."""
+        if sample.layout is None:
+            return []
+        files = self._files(sample.layout)
+        under, elsewhere = files.pod_folders(pods, sample.pod_folders)
+        roots: list[Folder] = list(elsewhere)
+        be = files.besteffort()
+        target = None
+        if be is not None:
+            path, current = be
+            target = self._suppress_target(sample, node, pods, cfg, current)
+            roots.insert(0, Folder(path, None, current, quota=target, children=tuple(under)))
+        else:
+            roots[:0] = under
+        writes = plan_writes(sample.layout.version, roots, files.page_size)
+        applied: set[tuple[str, str]] = set()
+        if writes and self.options.dry_run:
+            for w in writes:
+                log.info("dry-run: would write %s/%s = %s", w.path, w.file, w.value)
+        elif writes and self.options.enforce:
+            applied = {(r.write.path, r.write.file) for r in files.apply(writes) if r.applied}
+        if be is not None:
+            self._suppressed(be[0], be[1], target, writes, applied, cfg)
+        return [w.as_dict() for w in writes]
+
+    def _suppressed(self, path: str, current: Current, target: int | None, writes: list[CgroupWrite],
+                    applied: set[tuple[str, str]], cfg: CPUSuppress) -> None:
+        """Record the besteffort quota now in force (metric) and whether the quota has been recovered."""
+        wrote = any(w.path == path for w in writes)
+        done = not wrote or self.options.dry_run or all((w.path, w.file) in applied for w in writes if w.path == path)
+        in_force = target if (target is not None and wrote and done) else current.quota
+        if target == UNLIMITED and done:
+            self._suppress_recovered = True
+        labels = (self.node_name, suppress.CFS_QUOTA_POLICY)
+        if cfg.enable and cfg.cpuSuppressPolicy == suppress.CFS_QUOTA_POLICY and in_force is not None:
+            cores = -1.0 if in_force == UNLIMITED else in_force / (current.period or DEFAULT_CFS_PERIOD)
+            self.metrics.suppress_cores.labels(*labels).set(cores)
+
+    def _suppress_target(self, sample: Sample, node: dict[str, Any] | None, pods: list[dict[str, Any]],
+                         cfg: CPUSuppress, current: Current) -> int | None:
+        """The besteffort folder's quota to write this cycle (µs, or UNLIMITED to recover), None to leave it."""
+        if current.quota is None:
+            return None
+        if not (cfg.enable and cfg.cpuSuppressPolicy == suppress.CFS_QUOTA_POLICY):
+            if cfg.enable and not self._cpuset_warned:
+                log.info("cpuSuppressPolicy %s is not implemented: BE CPU is not suppressed (cfsQuota is)",
+                            cfg.cpuSuppressPolicy)
+                self._cpuset_warned = True
+            if self._suppress_recovered or current.quota == UNLIMITED:
+                self._suppress_recovered = True
+                return None
+            return UNLIMITED
+        self._suppress_recovered = False
+        if sample.node_cpu_milli is None:
+            return None  # CPU is a rate: the first cycle has none
+        status = (node or {}).get("status") or {}
+        cap_q = _quantity((status.get("capacity") or {}).get(CPU))
+        capacity = milli_value(cap_q) if cap_q is not None and cap_q > 0 else sample.num_cpus * 1000
+        be_uids = {(p.get("metadata") or {}).get("uid") for p in pods if is_be(p) or kube_qos_class(p) == "BestEffort"}
+        used = [(uid in be_uids, p.cpu_milli) for uid, p in sample.pods.items() if p.cpu_milli is not None]
+        result = suppress.suppress_milli(capacity, cfg.cpuSuppressThresholdPercent, cfg.cpuSuppressMinPercent,
+                                         sample.node_cpu_milli, used, suppress.node_reserved_milli(node))
+        log.debug("%s", result.explain)
+        self.metrics.suppress_ls_used.labels(self.node_name).set(result.non_be_milli / 1000)
+        period = current.period or DEFAULT_CFS_PERIOD
+        return suppress.next_be_quota(suppress.be_quota(result.milli, period), current.quota,
+                                      suppress.capacity_cores(capacity), period)
 
     def _batch(self, now: float, sample: Sample | None, node: dict[str, Any] | None, pods: list[dict[str, Any]],
                status: dict[str, Any], colo: Any) -> dict[str, int]:
@@ -202,7 +298,7 @@ class Agent:
             wanted = self._compute_batch(sample, status, pods, colo).resources()
             result = wanted
         for name, value in result.items():
-            self.metrics.allocatable.labels(name, self.node_name).set(value)
+            self.metrics.allocatable.labels(node=self.node_name, resource=name, unit=UNITS[name]).set(value)
         self._publish(now, node, status, wanted, colo)
         return result
 
@@ -287,12 +383,34 @@ class Agent:
             self.last_condition = cond["status"]
 
 
-def run_loop(agent: Agent, interval: float, stop: threading.Event) -> None:
-    """Cycle every ``interval`` seconds until ``stop``; a failing cycle is logged, never fatal."""
+def run_loop(agent: Agent, interval: float, stop: threading.Event, watch: MemoryWatch | None = None,
+             health: Health | None = None) -> None:
+    """Cycle every ``interval`` seconds until ``stop``, sooner when ``watch`` reports memory moving.
+
+    A failing cycle is logged, never fatal. The reaction latency (notification to first eviction request)
+    is recorded per source.
+    """
+    source: str | None = None
     while not stop.is_set():
         started = time.monotonic()
         try:
             agent.cycle()
+            if health is not None:
+                health.cycle_done()
+            agent.metrics.last_cycle.set(time.time())
         except Exception:  # a bug in one cycle must not take the node's protection down
             log.exception("agent cycle failed")
-        stop.wait(max(0.0, interval - (time.monotonic() - started)))
+        if source is not None and watch is not None and watch.fired_at is not None \
+                and agent.first_evict_at is not None:
+            latency = agent.first_evict_at - watch.fired_at
+            agent.metrics.reaction.labels(source).observe(latency)
+            log.info("memory notification (%s) to eviction request: %.1f ms", source, latency * 1000)
+        remaining = max(0.0, interval - (time.monotonic() - started))
+        if watch is None:
+            stop.wait(remaining)
+            source = None
+            continue
+        watch.arm(agent.trigger_level, agent.capacity)
+        source = watch.wait(remaining)
+        if source == WAKE:
+            source = None

@@ -34,6 +34,8 @@ class Sample:
     node_cpu_milli: float | None
     pods: dict[str, PodUsage] = field(default_factory=dict)
     cgroup_layout: str = "none"
+    layout: Layout | None = None
+    pod_folders: dict[str, str] = field(default_factory=dict)  # uid -> folder relative to the kubepods folder
 
     @property
     def mem_used(self) -> int:
@@ -142,11 +144,27 @@ class Layout:
     version: int            # 1 or 2
     driver: str             # "systemd" or "cgroupfs"
     memory_base: str        # the kubepods directory holding memory files
-    cpu_base: str           # the kubepods directory holding cpu accounting
+    cpu_base: str           # the kubepods directory holding cpu accounting (v1: cpuacct)
+    root: str = ""          # the cgroup root (--cgroup-root)
+    cpu_ctl_base: str = ""  # the kubepods directory of the cpu controller (v1: cpu; v2: the same folder)
 
     @property
     def name(self) -> str:
         return f"v{self.version}/{self.driver}"
+
+    @property
+    def memory_root(self) -> str:
+        """The root memory cgroup (v1), whose usage the memcg notifier watches."""
+        return os.path.join(self.root, "memory") if self.version == 1 else self.root
+
+    def rel(self, path: str) -> str:
+        """``path`` relative to the cgroup root, as ``cgroupWrites`` name folders."""
+        return os.path.relpath(path, self.root) if self.root else path
+
+
+# A controller's mount point under the v1 root: separate mounts (cpu, cpuacct) or the combined one.
+_V1_CPUACCT = ("cpuacct", "cpu,cpuacct", "cpuacct,cpu")
+_V1_CPU = ("cpu", "cpu,cpuacct", "cpuacct,cpu")
 
 
 def detect_layout(root: Path) -> Layout | None:
@@ -156,16 +174,14 @@ def detect_layout(root: Path) -> Layout | None:
         for name, driver in (("kubepods.slice", "systemd"), ("kubepods", "cgroupfs")):
             base = os.path.join(r, name)
             if os.path.isdir(base):
-                return Layout(2, driver, base, base)
+                return Layout(2, driver, base, base, r, base)
         return None
     for name, driver in (("kubepods.slice", "systemd"), ("kubepods", "cgroupfs")):
         mem = os.path.join(r, "memory", name)
         if os.path.isdir(mem):
-            for cpu_ctl in ("cpuacct", "cpu,cpuacct", "cpuacct,cpu"):
-                cpu = os.path.join(r, cpu_ctl, name)
-                if os.path.isdir(cpu):
-                    return Layout(1, driver, mem, cpu)
-            return Layout(1, driver, mem, "")
+            acct = next((p for p in (os.path.join(r, c, name) for c in _V1_CPUACCT) if os.path.isdir(p)), "")
+            ctl = next((p for p in (os.path.join(r, c, name) for c in _V1_CPU) if os.path.isdir(p)), "")
+            return Layout(1, driver, mem, acct, r, ctl)
     return None
 
 
@@ -211,16 +227,17 @@ class Collector:
             node_cpu = (busy - self._prev_node[0]) / (ticks - self._prev_node[1]) * cpus * 1000
         self._prev_node = (busy, ticks)
         layout = detect_layout(self.cgroup_root)
-        pods = self._pods(layout, now) if layout is not None else {}
-        return Sample(now, total, available, cpus, node_cpu, pods, layout.name if layout else "none")
+        dirs = pod_dirs(layout.memory_base, layout.driver) if layout is not None else {}
+        pods = self._pods(layout, dirs, now) if layout is not None else {}
+        return Sample(now, total, available, cpus, node_cpu, pods, layout.name if layout else "none", layout, dirs)
 
-    def _pods(self, layout: Layout, now: float) -> dict[str, PodUsage]:
+    def _pods(self, layout: Layout, dirs: dict[str, str], now: float) -> dict[str, PodUsage]:
         out: dict[str, PodUsage] = {}
         prev = self._prev_pods
         fresh: dict[str, tuple[float, int]] = {}
         v2 = layout.version == 2
         cpu_dirs = pod_dirs(layout.cpu_base, layout.driver) if (layout.cpu_base and not v2) else None
-        for uid, rel in pod_dirs(layout.memory_base, layout.driver).items():
+        for uid, rel in dirs.items():
             d = os.path.join(layout.memory_base, rel)
             if v2:
                 usage = _read_int(d + "/memory.current")

@@ -1,8 +1,19 @@
-"""Prometheus metrics, with koordlet's names where koordlet has one."""
+"""Prometheus metrics, with koordlet's names and labels where koordlet has one; the /metrics + /healthz server."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+import json
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+NOTIFICATION_SOURCES = ("memcg-threshold", "psi", "memory-events", "sampler")
+# koordlet's units for koordlet_node_resource_allocatable (batch-cpu is an integer count of milli-cores).
+UNITS = {"kubernetes.io/batch-cpu": "integer", "kubernetes.io/batch-memory": "byte"}
 
 
 class AgentMetrics:
@@ -10,7 +21,7 @@ class AgentMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.allocatable = Gauge("koordlet_node_resource_allocatable", "Batch resources published on the node",
-                                 ["resource", "node"], registry=r)
+                                 ["node", "resource", "unit"], registry=r)
         self.evictions = Counter("colocation_agent_evictions_total", "Pods evicted, by reason",
                                  ["reason"], registry=r)
         self.eviction_failures = Counter("colocation_agent_eviction_failures_total",
@@ -26,3 +37,84 @@ class AgentMetrics:
         self.config_errors = Counter("colocation_agent_config_errors_total",
                                      "slo-controller-config problems seen (the last good config is kept)",
                                      registry=r)
+        self.cgroup_writes = Counter("colocation_agent_cgroup_writes_total",
+                                     "cgroup files written (BE limits, BE suppression), by file", ["file"], registry=r)
+        self.cgroup_last_write = Gauge("colocation_agent_cgroup_last_write_timestamp_seconds",
+                                       "When a file of this name was last written (Unix time)", ["file"], registry=r)
+        self.cgroup_refusals = Counter("colocation_agent_cgroup_write_refusals_total",
+                                       "cgroup writes the kernel refused (retried next cycle), by file and errno",
+                                       ["file", "errno"], registry=r)
+        self.suppress_cores = Gauge("koordlet_be_suppress_cpu_cores",
+                                    "CPU cores the besteffort cgroup may use (BE suppression) as written",
+                                    ["node", "type"], registry=r)
+        self.suppress_ls_used = Gauge("koordlet_be_suppress_ls_used_cpu_cores",
+                                      "CPU cores used by non-BE pods, as the suppression counted them", ["node"],
+                                      registry=r)
+        self.notification_source = Gauge("colocation_agent_memory_notification_source",
+                                         "1 for each memory notification source in use", ["source"], registry=r)
+        self.notifications = Counter("colocation_agent_memory_notifications_total",
+                                     "Memory notifications that brought a cycle forward", ["source"], registry=r)
+        self.reaction = Histogram("colocation_agent_memory_reaction_seconds",
+                                  "From a memory notification to the first eviction request it caused",
+                                  ["source"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5,
+                                                       1.0, 2.5), registry=r)
+        self.last_cycle = Gauge("colocation_agent_last_cycle_timestamp_seconds",
+                                "When the last complete cycle ended (Unix time)", registry=r)
+
+
+class Health:
+    """The age of the last complete cycle; unhealthy past ``3 × interval`` (or before a first cycle that late)."""
+
+    def __init__(self, interval: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.interval = interval
+        self.clock = clock
+        self.started = clock()
+        self.last_cycle: float | None = None
+
+    def cycle_done(self) -> None:
+        self.last_cycle = self.clock()
+
+    def report(self) -> tuple[int, dict[str, Any]]:
+        now = self.clock()
+        limit = 3 * self.interval
+        if self.last_cycle is None:
+            waited = now - self.started
+            ok = waited <= limit
+            body: dict[str, Any] = {"status": "starting" if ok else "stuck",
+                                    "lastCycleAgeSeconds": None, "limitSeconds": limit}
+        else:
+            age = now - self.last_cycle
+            ok = age <= limit
+            body = {"status": "ok" if ok else "stale", "lastCycleAgeSeconds": round(age, 3), "limitSeconds": limit}
+        return (200 if ok else 503), body
+
+
+def serve(port: int, metrics: AgentMetrics, health: Health, host: str = "") -> ThreadingHTTPServer:
+    """``GET /metrics`` (Prometheus text) and ``GET /healthz`` (JSON, 503 when stale) on one port, in a thread."""
+    registry = metrics.registry
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def _send(self, status: int, body: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._send(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                status, body = health.report()
+                self._send(status, json.dumps(body).encode() + b"\n", "application/json")
+            else:
+                self._send(404, b"not found: try /metrics or /healthz\n", "text/plain; charset=utf-8")
+
+    httpd = ThreadingHTTPServer((host, port), Handler)
+    httpd.daemon_threads = True
+    threading.Thread(target=httpd.serve_forever, name="metrics", daemon=True).start()
+    return httpd

@@ -36,7 +36,7 @@ def _node_name(args: argparse.Namespace) -> str:
     return name
 
 
-def _options(args: argparse.Namespace, node: str, dry_run: bool):  # type: ignore[no-untyped-def]
+def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool = False):  # type: ignore[no-untyped-def]
     from webhook.agent.agent import AgentOptions
 
     try:
@@ -49,7 +49,7 @@ def _options(args: argparse.Namespace, node: str, dry_run: bool):  # type: ignor
         if t.signal != "memory.available":
             log.warning("threshold %s is accepted but not acted on: the agent observes memory.available only",
                         t.describe())
-    return AgentOptions(node, thresholds, transition, (args.config_namespace, args.config_name), dry_run)
+    return AgentOptions(node, thresholds, transition, (args.config_namespace, args.config_name), dry_run, enforce)
 
 
 def _collector(args: argparse.Namespace):  # type: ignore[no-untyped-def]
@@ -116,6 +116,10 @@ def _text(out: dict[str, Any]) -> str:
     lines.append("batch: " + ", ".join(f"{k}={v}" for k, v in out["batch"].items()))
     for c in out["conditions"]:
         lines.append(f"condition {c['type']}={c['status']} ({c['reason']}): {c['message']}")
+    for w in out["cgroupWrites"]:
+        lines.append(f"cgroup write {w['path']}/{w['file']} = {w['value']}")
+    if not out["cgroupWrites"]:
+        lines.append("cgroup writes: none")
     return "\n".join(lines) + "\n"
 
 
@@ -159,11 +163,12 @@ def once(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     from webhook.agent.actions import KubeActions
     from webhook.agent.agent import Agent, run_loop
-    from webhook.agent.metrics import AgentMetrics
+    from webhook.agent.metrics import AgentMetrics, Health, serve
+    from webhook.agent.notify import MemoryWatch
 
     setup_logging(args.log_format)
     node = _node_name(args)
-    options = _options(args, node, dry_run=args.dry_run)
+    options = _options(args, node, dry_run=args.dry_run, enforce=True)
     try:
         interval = parse_duration(args.interval)
     except DurationError as exc:
@@ -187,31 +192,43 @@ def run(args: argparse.Namespace) -> int:
     if args.kubeconfig or in_cluster():
         actions = KubeActions(_api_client(args.kubeconfig), node)
     metrics = AgentMetrics()
+    health = Health(interval)
+    httpd = None
     if args.metrics_port:
-        from prometheus_client import start_http_server
-
         try:
-            start_http_server(args.metrics_port, registry=metrics.registry)
+            httpd = serve(args.metrics_port, metrics, health)
         except OSError as exc:
             raise UsageError(f"--metrics-port {args.metrics_port}: {exc.strerror or exc}") from None
     agent = Agent(options, collector, state, actions, metrics)
+    watch = MemoryWatch(Path(args.cgroup_root), Path(args.proc_root), args.memory_notification, metrics)
+    for problem in watch.problems:
+        log.info("memory notification: %s", problem)
     stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    def _stop(*_: Any) -> None:
+        stop.set()
+        watch.wake()
+
+    signal.signal(signal.SIGTERM, _stop)
     if source is not None:
         try:
             source.start()
         except Exception as exc:
             raise UsageError(f"cluster source: {exc}") from None
         _wait_synced(state, args.sync_timeout)
-    log.info("agent on node %s: interval %gs, %s, %d kubelet-style threshold(s), metrics on :%s", node, interval,
-             "dry run" if args.dry_run else "acting", len(options.thresholds), args.metrics_port or "off")
+    log.info("agent on node %s: interval %gs, %s, %d kubelet-style threshold(s), memory notification: %s, "
+             "metrics and /healthz on :%s", node, interval, "dry run" if args.dry_run else "acting",
+             len(options.thresholds), watch.describe(), args.metrics_port or "off")
     try:
-        run_loop(agent, interval, stop)
+        run_loop(agent, interval, stop, watch, health)
     except KeyboardInterrupt:
         pass
     finally:
         if source is not None:
             source.stop()
+        watch.close()
+        if httpd is not None:
+            httpd.shutdown()
     return 0
 
 
@@ -247,7 +264,13 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--cluster-state", type=Path, metavar="DIR", help="a folder of manifests (with --dry-run)")
     r.add_argument("--interval", default="1s", metavar="DURATION", help="how often a full cycle runs")
     r.add_argument("--dry-run", action="store_true", help="log every decision, act on nothing")
-    r.add_argument("--metrics-port", type=int, default=9316, metavar="PORT", help="port of /metrics; 0 disables it")
+    r.add_argument("--metrics-port", type=int, default=9316, metavar="PORT",
+                   help="port of /metrics and /healthz; 0 disables both")
+    from webhook.agent.notify import MODES
+
+    r.add_argument("--memory-notification", default="auto", choices=MODES, metavar="SOURCE",
+                   help="what brings a cycle forward when memory moves: " + ", ".join(MODES)
+                   + "; auto picks the best this kernel offers")
     r.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
     r.set_defaults(func=run)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -61,22 +61,28 @@ def _max_into(acc: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, De
 
 
 def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
-    """Effective pod requests as the scheduler and quota count them (k8s ``PodRequests``).
+    """Effective pod requests as the scheduler and quota count them (k8s ``PodRequests``)."""
+    return pod_total(pod, container_requests)
+
+
+def pod_total(pod: dict[str, Any], per_container: Callable[[dict[str, Any]], dict[str, Decimal]]) -> dict[str, Decimal]:
+    """A pod-level total of ``per_container`` values, the way k8s ``PodRequests``/``PodLimits`` add them.
 
     Regular containers are summed; restartable (sidecar) init containers add to that sum and
     to every later init container; the result is the max of both, plus ``spec.overhead``.
+    ``per_container`` must return a fresh map (it is added into).
     """
     spec = pod.get("spec") or {}
     total: dict[str, Decimal] = {}
     for c in spec.get("containers") or []:
         if isinstance(c, dict):
-            _add_into(total, container_requests(c))
+            _add_into(total, per_container(c))
     sidecars: dict[str, Decimal] = {}
     init_peak: dict[str, Decimal] = {}
     for c in spec.get("initContainers") or []:
         if not isinstance(c, dict):
             continue
-        reqs = container_requests(c)  # a fresh map: ours to change
+        reqs = per_container(c)  # a fresh map: ours to change
         if c.get("restartPolicy") == "Always":
             _add_into(total, reqs)
             _add_into(sidecars, reqs)

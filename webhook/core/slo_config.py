@@ -45,6 +45,9 @@ class ThresholdStrategy(_Strict):
     enable: bool | None = None
     memoryEvictThresholdPercent: int | None = Field(None, ge=0, le=100)
     memoryEvictLowerPercent: int | None = Field(None, ge=0, le=100)
+    cpuSuppressThresholdPercent: int | None = Field(None, ge=0, le=100)
+    cpuSuppressMinPercent: int | None = Field(None, ge=0, le=100)
+    cpuSuppressPolicy: Literal["cpuset", "cfsQuota"] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,16 @@ class MemoryEvict:
 
 
 @dataclass(frozen=True, slots=True)
+class CPUSuppress:
+    """BE CPU suppression for one node (resource-threshold-config), every field resolved."""
+
+    enable: bool = False
+    cpuSuppressThresholdPercent: int = 65
+    cpuSuppressMinPercent: int | None = None
+    cpuSuppressPolicy: str = "cpuset"
+
+
+@dataclass(frozen=True, slots=True)
 class _Override:
     name: str
     selector: Mapping[str, Any]
@@ -91,11 +104,19 @@ class SloConfig:
             colo.update(node)
             # The cluster switch wins: enable:false there disables every node (isColocationCfgDisabled).
             colo["enable"] = bool(self.colocation.get("enable")) and bool(node.get("enable", colo.get("enable")))
+        return Colocation(**colo), _memory_evict(self._threshold_fields(labels))
+
+    def cpu_suppress_for_node(self, labels: Mapping[str, str]) -> CPUSuppress:
+        fields = self._threshold_fields(labels)
+        return CPUSuppress(bool(fields.get("enable", False)), fields.get("cpuSuppressThresholdPercent", 65),
+                           fields.get("cpuSuppressMinPercent"), fields.get("cpuSuppressPolicy", "cpuset"))
+
+    def _threshold_fields(self, labels: Mapping[str, str]) -> dict[str, Any]:
         thr = dict(self.threshold)
         node = _first_match(self.threshold_nodes, labels)
         if node is not None:
             thr.update(node)
-        return Colocation(**colo), _memory_evict(thr)
+        return thr
 
 
 def _first_match(overrides: tuple[_Override, ...], labels: Mapping[str, str]) -> Mapping[str, Any] | None:

@@ -228,6 +228,12 @@ def is_met(t: Threshold, obs: Observation, enforce_min_reclaim: bool) -> bool:
     return quantity > obs.available or (not t.strict and quantity == obs.available)
 
 
+def met_at_used(t: Threshold, capacity: int) -> int:
+    """The smallest node usage (capacity − available, bytes) at which ``t`` is met (``is_met`` inverted)."""
+    edge = capacity - t.value.of(capacity)       # available == quantity  <=>  used == edge
+    return math.floor(edge) + 1 if t.strict else math.ceil(edge)
+
+
 def amount_to_free(t: Threshold, obs: Observation) -> int:
     """Whole bytes to release so the threshold, with its minimum reclaim, is resolved."""
     target = t.value.of(obs.capacity) + (t.min_reclaim.of(obs.capacity) if t.min_reclaim else 0)

@@ -1,0 +1,346 @@
+"""BE limits and BE suppression over fake cgroup trees: what ``once`` lists, what ``run`` writes, refusals,
+metrics, /healthz, and an unreachable API server."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
+from tests.test_agent_end_to_end import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
+from webhook.agent.actions import KubeActions
+from webhook.agent.agent import Agent, AgentOptions
+from webhook.agent.collectors import Collector
+from webhook.agent.metrics import AgentMetrics, Health, serve
+from webhook.cluster.files import FilesSource
+from webhook.cluster.state import AGENT_KINDS, ClusterState
+
+BE_BATCH_0 = "59e8921c-cd38-4920-954e-8d2e83d2374c"
+CID_0 = "59e8921ccd384920954e8d2e83d2374c59e8921ccd384920954e8d2e83d2374c"
+LS_UID = "7689fea4-a4f5-428a-b56b-bbfba219d730"
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging():  # type: ignore[no-untyped-def]
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+
+
+def fakes(usage: dict[str, int] = USAGE) -> list[FakePod]:
+    pods = pods_by_name()
+    qos = {"ls-web-0": "guaranteed"}
+    return [FakePod(pods[n]["metadata"]["uid"], qos.get(n, "besteffort"), u, 0, 0,
+                    tuple(s["containerID"] for s in pods[n]["status"]["containerStatuses"])) for n, u in usage.items()]
+
+
+def tree(tmp: Path, version: int, driver: str, separate: bool = False) -> Path:
+    if version == 2:
+        return write_cgroup_v2(tmp / "cgroup", fakes(), driver)
+    return write_cgroup_v1(tmp / "cgroup", fakes(), driver, separate_cpu=separate)
+
+
+def folders(version: int, driver: str, separate: bool) -> tuple[str, str, str]:
+    """(cpu folder, memory folder, container leaf) of be-batch-0 relative to the cgroup root."""
+    if driver == "systemd":
+        pod = f"kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{BE_BATCH_0.replace('-', '_')}.slice"
+        leaf = f"cri-containerd-{CID_0}.scope"
+    else:
+        pod, leaf = f"kubepods/besteffort/pod{BE_BATCH_0}", CID_0
+    if version == 2:
+        return pod, pod, leaf
+    return f"cpu/{pod}", f"memory/{pod}", leaf      # combined mounts: ``cpu`` is the link to ``cpu,cpuacct``
+
+
+LAYOUTS = [(2, "systemd", False), (2, "cgroupfs", False), (1, "systemd", False), (1, "cgroupfs", False),
+           (1, "cgroupfs", True), (1, "systemd", True)]
+
+
+@pytest.mark.parametrize("version,driver,separate", LAYOUTS)
+def test_once_lists_the_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: int, driver: str,
+                               separate: bool) -> None:
+    state = write_state(tmp_path / "state")
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, version, driver, separate)
+    rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
+                            "--cgroup-root", str(cg))
+    assert rc == 0, err
+    writes = out["cgroupWrites"]
+    cpu, mem, leaf = folders(version, driver, separate)
+    if version == 2:
+        expected = [{"path": f"{cpu}/{leaf}", "file": "cpu.max", "value": "200000 100000"},
+                    {"path": f"{mem}/{leaf}", "file": "memory.max", "value": str(4 * GI)},
+                    {"path": cpu, "file": "cpu.weight", "value": "79"}]
+    else:
+        expected = [{"path": f"{cpu}/{leaf}", "file": "cpu.cfs_quota_us", "value": "200000"},
+                    {"path": f"{mem}/{leaf}", "file": "memory.limit_in_bytes", "value": str(4 * GI)},
+                    {"path": cpu, "file": "cpu.shares", "value": "2048"}]
+    for w in expected:
+        assert w in writes
+    # Tightened limits go container first: be-batch-0's container quota comes before its pod's.
+    quota_file = "cpu.max" if version == 2 else "cpu.cfs_quota_us"
+    order = [w["path"] for w in writes if w["file"] == quota_file]
+    assert order.index(f"{cpu}/{leaf}") < order.index(cpu)
+    assert all(LS_UID not in w["path"] and LS_UID.replace("-", "_") not in w["path"] for w in writes)
+    assert all(list(w) == ["path", "file", "value"] for w in writes)
+    assert len(writes) == 4 * 6            # 4 BE pods × (pod, container) × (quota, weight, memory)
+    assert all((cg / w["path"] / w["file"]).exists() for w in writes)
+
+
+def test_once_text_lists_the_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    state = write_state(tmp_path / "state")
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, 2, "cgroupfs")
+    rc, out, _ = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
+                          "--cgroup-root", str(cg), "--output", "text")
+    assert rc == 0
+    assert f"cgroup write kubepods/besteffort/pod{BE_BATCH_0}/cpu.max = 200000 100000\n" in out
+
+
+def _state(folder: Path) -> ClusterState:
+    state = ClusterState(AGENT_KINDS)
+    FilesSource(folder, state).load()
+    return state
+
+
+@pytest.mark.parametrize("version,driver,separate", LAYOUTS)
+def test_run_makes_exactly_the_listed_writes(tmp_path: Path, version: int, driver: str, separate: bool) -> None:
+    state = _state(write_state(tmp_path / "state"))
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, version, driver, separate)
+    ls_files = {p: p.read_text() for p in cg.rglob("*") if p.is_file() and LS_UID.replace("-", "_") in str(p)
+                or p.is_file() and LS_UID in str(p)}
+    planned = Agent(AgentOptions(NODE), Collector(proc, cg), state).cycle(now=0.0)["cgroupWrites"]
+    metrics = AgentMetrics()
+    agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state, metrics=metrics)
+    made = agent.cycle(now=0.0)["cgroupWrites"]
+    assert made == planned and made
+    for w in made:
+        assert (cg / w["path"] / w["file"]).read_text() == w["value"]
+    assert agent.cycle(now=1.0)["cgroupWrites"] == []          # in place: nothing more to write
+    assert {p: p.read_text() for p in ls_files} == ls_files      # the LS pod's files untouched
+    file = "cpu.max" if version == 2 else "cpu.cfs_quota_us"
+    assert metrics.cgroup_writes.labels(file)._value.get() == 8
+    assert metrics.cgroup_last_write.labels(file)._value.get() > 0
+
+
+def test_dry_run_writes_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    state = _state(write_state(tmp_path / "state"))
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, 2, "systemd")
+    before = {p: p.read_text() for p in cg.rglob("*") if p.is_file()}
+    with caplog.at_level(logging.INFO, "colocation-agent"):
+        out = Agent(AgentOptions(NODE, dry_run=True, enforce=True), Collector(proc, cg), state).cycle(now=0.0)
+    assert out["cgroupWrites"] and {p: p.read_text() for p in before} == before
+    assert sum("dry-run: would write" in r.getMessage() for r in caplog.records) == len(out["cgroupWrites"])
+
+
+def test_a_refused_write_is_counted_logged_and_retried(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import logging
+
+    state = _state(write_state(tmp_path / "state"))
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, 2, "cgroupfs")
+    target = cg / f"kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}/memory.max"
+    metrics = AgentMetrics()
+    agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state, metrics=metrics)
+    original = agent._files
+
+    def vanish_then_apply(layout):  # type: ignore[no-untyped-def]
+        files = original(layout)
+        real_apply = files.apply
+
+        def apply(writes):  # type: ignore[no-untyped-def]
+            target.unlink()
+            target.mkdir()          # the kernel says EISDIR here; a vanished cgroup says ENOENT
+            return real_apply(writes)
+
+        files.apply = apply  # type: ignore[method-assign]
+        return files
+
+    agent._files = vanish_then_apply  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, "colocation-agent"):
+        first = agent.cycle(now=0.0)["cgroupWrites"]
+    assert metrics.cgroup_refusals.labels("memory.max", "EISDIR")._value.get() == 1
+    refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
+    assert refused == [f"cgroup write refused, retrying next cycle: kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}/"
+                       f"memory.max = {4 * GI}: EISDIR (Is a directory)"]
+    # Everything else was applied; the refused write is not reported as done: the next cycle plans it again.
+    agent._files = original  # type: ignore[method-assign]
+    target.rmdir()
+    target.write_text("max\n")
+    again = agent.cycle(now=1.0)["cgroupWrites"]
+    assert again == [{"path": f"kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}", "file": "memory.max",
+                      "value": str(4 * GI)}]
+    assert len(first) == 24
+
+
+# -- BE suppression ---------------------------------------------------------------------------------------
+def _suppress_state(tmp: Path, policy: str, percent: int = 65) -> ClusterState:
+    cm = {"resource-threshold-config": json.dumps({"clusterStrategy": {
+        "enable": True, "cpuSuppressPolicy": policy, "cpuSuppressThresholdPercent": percent}})}
+    return _state(write_state(tmp / "state", cm_data=cm))
+
+
+def _two_cpu_samples(agent: Agent, proc: Path, cg: Path) -> dict[str, Any]:
+    """Cycle, then 1 s later with the node 600 m busier over 2 CPUs... and ls-web-0 at 500 m."""
+    write_proc(proc, 32 * GI, 24 * GI, busy=1000, idle=9000, cpus=2)
+    agent.cycle(now=10.0)
+    write_proc(proc, 32 * GI, 24 * GI, busy=1600, idle=9400, cpus=2)     # 60 % of 2 CPUs: 1200 m
+    ls = cg / f"kubepods.slice/kubepods-pod{LS_UID.replace('-', '_')}.slice/cpu.stat"
+    ls.write_text("usage_usec 500000\n")
+    return agent.cycle(now=11.0)
+
+
+def test_cfs_quota_suppression_writes_the_besteffort_quota(tmp_path: Path) -> None:
+    state = _suppress_state(tmp_path, "cfsQuota")
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, 2, "systemd")
+    metrics = AgentMetrics()
+    agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state, metrics=metrics)
+    out = _two_cpu_samples(agent, proc, cg)
+    # 8 cores × 65 % = 5200 − ls-web-0 500 − system (1200 − 500) = 4000 m -> 400000 µs per 100000.
+    be = {"path": "kubepods.slice/kubepods-besteffort.slice", "file": "cpu.max", "value": "400000 100000"}
+    assert out["cgroupWrites"] == [be]
+    assert (cg / be["path"] / "cpu.max").read_text() == "400000 100000"
+    assert metrics.suppress_cores.labels(NODE, "cfsQuota")._value.get() == 4.0
+    assert metrics.suppress_ls_used.labels(NODE)._value.get() == 0.5
+
+
+def test_cpuset_policy_is_not_suppressed_and_a_left_quota_is_recovered_once(tmp_path: Path) -> None:
+    state = _suppress_state(tmp_path, "cpuset")
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI, busy=1000, idle=9000, cpus=2)
+    cg = tree(tmp_path, 1, "cgroupfs")
+    quota = cg / "cpu/kubepods/besteffort/cpu.cfs_quota_us"
+    quota.write_text("300000\n")                          # left by an earlier suppression
+    agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state)
+    first = agent.cycle(now=10.0)["cgroupWrites"]
+    assert first[0] == {"path": "cpu/kubepods/besteffort", "file": "cpu.cfs_quota_us", "value": "-1"}
+    assert quota.read_text() == "-1"
+    write_proc(proc, 32 * GI, 24 * GI, busy=1600, idle=9400, cpus=2)
+    quota.write_text("300000\n")                          # someone else's now: koordlet recovers only once
+    assert agent.cycle(now=11.0)["cgroupWrites"] == []
+
+
+# -- metrics and /healthz --------------------------------------------------------------------------------------
+def test_allocatable_metric_has_koordlet_labels(tmp_path: Path) -> None:
+    from prometheus_client import generate_latest
+
+    state = _state(write_state(tmp_path / "state"))
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    metrics = AgentMetrics()
+    Agent(AgentOptions(NODE), Collector(proc, tree(tmp_path, 2, "systemd")), state, metrics=metrics).cycle(now=0.0)
+    text = generate_latest(metrics.registry).decode()
+    assert ('koordlet_node_resource_allocatable{node="colo-node-1",resource="kubernetes.io/batch-cpu",'
+            'unit="integer"} 2800.0') in text
+    assert 'resource="kubernetes.io/batch-memory",unit="byte"' in text
+
+
+def test_healthz_reports_the_age_of_the_last_cycle() -> None:
+    now = [100.0]
+    health = Health(1.0, clock=lambda: now[0])
+    metrics = AgentMetrics()
+    httpd = serve(0, metrics, health, host="127.0.0.1")
+    port = httpd.server_address[1]
+
+    def get(path: str) -> tuple[int, Any]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    try:
+        assert get("/healthz")[0] == 200                       # starting, within 3 intervals
+        now[0] = 104.0
+        status, body = get("/healthz")
+        assert status == 503 and json.loads(body)["status"] == "stuck"
+        health.cycle_done()
+        now[0] = 106.5
+        status, body = get("/healthz")
+        assert status == 200 and json.loads(body) == {"status": "ok", "lastCycleAgeSeconds": 2.5, "limitSeconds": 3.0}
+        now[0] = 107.5
+        status, body = get("/healthz")
+        assert status == 503 and json.loads(body)["lastCycleAgeSeconds"] == 3.5
+        status, body = get("/metrics")
+        assert status == 200 and b"colocation_agent_cycle_duration_seconds" in body
+        assert get("/nope")[0] == 404
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+# -- API server unreachable ---------------------------------------------------------------------------------------
+class Blackhole:
+    """Accepts TCP connections and never answers: each request waits for its read timeout."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.accepted: list[socket.socket] = []
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+        for c in self.accepted:
+            c.close()
+
+
+def test_unreachable_api_costs_one_timeout_per_cycle_and_cgroups_are_still_enforced(tmp_path: Path) -> None:
+    import urllib3
+    from kubernetes import client
+
+    hole = Blackhole()
+    try:
+        cfg = client.Configuration(host=hole.url)
+        cfg.retries = urllib3.Retry(total=3, connect=0)
+        actions = KubeActions(client.ApiClient(cfg), NODE, timeout=0.5, connect_timeout=0.5)
+        state = _state(write_state(tmp_path / "state"))
+        proc = write_proc(tmp_path / "proc", 32 * GI, 8 * GI)      # 24Gi used: eviction candidates to try
+        cg = tree(tmp_path, 2, "cgroupfs")
+        agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state, actions)
+        started = time.monotonic()
+        out = agent.cycle(now=0.0)
+        elapsed = time.monotonic() - started
+        assert out["evictions"] == []                      # none went through
+        assert len(hole.accepted) == 1                     # one request, one timeout: not one per candidate
+        assert elapsed < 2.0
+        assert out["cgroupWrites"]
+        assert all((cg / w["path"] / w["file"]).read_text() == w["value"] for w in out["cgroupWrites"])
+        agent.cycle(now=10.0)                              # the next cycle tries again (once)
+        assert len(hole.accepted) == 2
+    finally:
+        hole.close()
+
+
+def test_recorded_node_has_the_capacity_the_tests_assume() -> None:
+    assert recorded("nodes-get")["status"]["capacity"]["cpu"] == "8"
