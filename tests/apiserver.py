@@ -61,6 +61,7 @@ class Received:
     query: dict[str, str]
     headers: dict[str, str]
     body: Any
+    at: float = 0.0                       # time.monotonic() when the request line was read
 
 
 class ReplayAPIServer:
@@ -115,11 +116,15 @@ class ReplayAPIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes: with Nagle on, the body waits for the client's delayed
+            # ACK (40 ms per response on Linux), which no real API server makes its clients wait.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 pass
 
             def _handle(self) -> None:
+                at = time.monotonic()
                 parts = urlsplit(self.path)
                 query = dict(parse_qsl(parts.query))
                 length = int(self.headers.get("Content-Length") or 0)
@@ -129,7 +134,7 @@ class ReplayAPIServer:
                 except ValueError:
                     body = raw.decode(errors="replace")
                 with outer._lock:
-                    outer.received.append(Received(self.command, parts.path, query, dict(self.headers), body))
+                    outer.received.append(Received(self.command, parts.path, query, dict(self.headers), body, at))
                     route = next((r for r in outer.routes if r.matches(self.command, parts.path, query)), None)
                     if route is not None and route.times is not None:
                         route.times -= 1

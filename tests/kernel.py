@@ -178,7 +178,7 @@ out.append((time.monotonic(), used()))
 while len(hold) * (1 << 20) < total:
     hold.append(b"x" * (1 << 20))
     out.append((time.monotonic(), used()))
-sys.stdout.write("\\n".join(f"{{t}} {{u}}" for t, u in out) + "\\n")
+sys.stdout.write("\\n".join(f"{{t}} {{u}}" for t, u in out) + "\\nend\\n")
 sys.stdout.flush()
 time.sleep({hold_seconds})
 """

@@ -85,11 +85,14 @@ class Agent:
         self.last_condition: str | None = None
         self._last_collect_error: str | None = None
         self._request_cache: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {}
+        self._class_cache: dict[str, tuple[dict[str, Any], bool, bool]] = {}
         self._cgroups: CgroupFiles | None = None
+        self._planned = True                     # the last plan had writes (or there was none yet)
         self._suppress_recovered = False        # koordlet recovers the besteffort quota once when not suppressing
         self._cpuset_warned = False
         self.trigger_level: int | None = None    # node usage at which the next memory threshold is met
         self.capacity = 0
+        self.seen_used: int | None = None        # node usage the last cycle measured
         self.first_evict_at: float | None = None  # monotonic time of this cycle's first eviction request
 
     # -- inputs -----------------------------------------------------------------------------------
@@ -144,6 +147,9 @@ class Agent:
             out["cgroupWrites"] = self._enforce(sample, node, pods, self.config.config.cpu_suppress_for_node(labels))
         out["batch"] = self._batch(now, sample, node, pods, status, colocation)
         out["conditions"] = [self._condition(node, pressure)]
+        if len(self._class_cache) > 2 * len(pods) + 16:  # forget pods that left the node
+            current = {(p.get("metadata") or {}).get("uid") for p in pods}
+            self._class_cache = {u: v for u, v in self._class_cache.items() if u in current}
         self.metrics.cycle.observe(time.perf_counter() - started)
         return out
 
@@ -160,13 +166,14 @@ class Agent:
         if watermark.enable:
             thresholds.insert(0, watermark_threshold(watermark.memoryEvictThresholdPercent,
                                                      watermark.memoryEvictLowerPercent))
-        self.trigger_level, self.capacity = trigger_level(thresholds, capacity), capacity
+        self.trigger_level, self.capacity, self.seen_used = trigger_level(thresholds, capacity), capacity, used
         result = evaluate(thresholds, obs, self.engine, now, self.options.transition_period)
         self.engine = result.state
         tasks = []
         if result.acting:  # candidates are only worth ranking when a threshold acts
             usage = {uid: p.memory for uid, p in sample.pods.items()}
-            tasks = build_tasks(result.acting, obs, candidates(pods, usage), self.node_name)
+            tasks = build_tasks(result.acting, obs, candidates(pods, usage, lambda u, p: self._requests(u, p)[1]),
+                                self.node_name)
         out["releaseTargetBytes"] = max((t.need for t in tasks), default=0)
         if tasks and not self.memory.in_cooldown(now):
             victims, self.memory = select_victims(tasks, self.memory, now, self._try_evict)
@@ -213,9 +220,12 @@ class Agent:
         if sample.layout is None:
             return []
         files = self._files(sample.layout)
-        under, elsewhere = files.pod_folders(pods, sample.pod_folders)
+        now = sample.time
+        files.forget(now)
+        be_pods = [p for p in pods if self._classes((p.get("metadata") or {}).get("uid") or "", p)[0]]
+        under, elsewhere = files.pod_folders(be_pods, sample.pod_folders, now)
         roots: list[Folder] = list(elsewhere)
-        be = files.besteffort()
+        be = files.besteffort(now)
         target = None
         if be is not None:
             path, current = be
@@ -223,7 +233,11 @@ class Agent:
             roots.insert(0, Folder(path, None, current, quota=target, children=tuple(under)))
         else:
             roots[:0] = under
-        writes = plan_writes(sample.layout.version, roots, files.page_size)
+        if files.changed or target is not None or self._planned:
+            writes = plan_writes(sample.layout.version, roots, files.page_size)
+        else:
+            writes = []        # nothing read anew, nothing asked differently: last cycle's empty plan stands
+        self._planned = bool(writes)
         applied: set[tuple[str, str]] = set()
         if writes and self.options.dry_run:
             for w in writes:
@@ -267,7 +281,8 @@ class Agent:
         status = (node or {}).get("status") or {}
         cap_q = _quantity((status.get("capacity") or {}).get(CPU))
         capacity = milli_value(cap_q) if cap_q is not None and cap_q > 0 else sample.num_cpus * 1000
-        be_uids = {(p.get("metadata") or {}).get("uid") for p in pods if is_be(p) or kube_qos_class(p) == "BestEffort"}
+        uids = [((p.get("metadata") or {}).get("uid") or "", p) for p in pods]
+        be_uids = {uid for uid, p in uids if self._classes(uid, p)[1]}
         used = [(uid in be_uids, p.cpu_milli) for uid, p in sample.pods.items() if p.cpu_milli is not None]
         result = suppress.suppress_milli(capacity, cfg.cpuSuppressThresholdPercent, cfg.cpuSuppressMinPercent,
                                          sample.node_cpu_milli, used, suppress.node_reserved_milli(node))
@@ -316,7 +331,7 @@ class Agent:
                 continue
             uid = (pod.get("metadata") or {}).get("uid") or ""
             cpu, mem = self.window.average(uid)
-            loads.append(batchcalc.PodLoad(is_be(pod), cpu, mem, *self._requests(uid, pod)))
+            loads.append(batchcalc.PodLoad(self._classes(uid, pod)[0], cpu, mem, *self._requests(uid, pod)))
         if len(self._request_cache) > 2 * len(pods) + 16:  # forget pods that left the node
             current = {(p.get("metadata") or {}).get("uid") for p in pods}
             self._request_cache = {u: v for u, v in self._request_cache.items() if u in current}
@@ -326,6 +341,16 @@ class Agent:
         for line in result.explain:
             log.debug("%s", line)
         return result
+
+    def _classes(self, uid: str, pod: dict[str, Any]) -> tuple[bool, bool]:
+        """(Koordinator BE, in the besteffort cgroup: BE or kubelet BestEffort), memoised per pod object."""
+        hit = self._class_cache.get(uid)
+        if hit is not None and hit[0] is pod:
+            return hit[1], hit[2]
+        be = is_be(pod)
+        besteffort = be or kube_qos_class(pod) == "BestEffort"
+        self._class_cache[uid] = (pod, be, besteffort)
+        return be, besteffort
 
     def _requests(self, uid: str, pod: dict[str, Any]) -> tuple[int, int]:
         """(cpu milli, memory bytes) requests, memoised per pod object (sources replace whole dicts)."""
@@ -404,13 +429,15 @@ def run_loop(agent: Agent, interval: float, stop: threading.Event, watch: Memory
                 and agent.first_evict_at is not None:
             latency = agent.first_evict_at - watch.fired_at
             agent.metrics.reaction.labels(source).observe(latency)
-            log.info("memory notification (%s) to eviction request: %.1f ms", source, latency * 1000)
+            log.info("memory notification (%s) to eviction request: %.1f ms (notified at monotonic %.6f)", source,
+                     latency * 1000, watch.fired_at)
         remaining = max(0.0, interval - (time.monotonic() - started))
         if watch is None:
             stop.wait(remaining)
             source = None
             continue
-        watch.arm(agent.trigger_level, agent.capacity)
-        source = watch.wait(remaining)
+        source = watch.arm(agent.trigger_level, agent.capacity, agent.seen_used)
+        if source is None:
+            source = watch.wait(remaining)
         if source == WAKE:
             source = None

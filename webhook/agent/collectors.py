@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+STAT_SECONDS = 5.0
+
+
 class CollectError(Exception):
     """The node itself cannot be measured (proc root unreadable or malformed)."""
 
@@ -50,19 +53,46 @@ def read_meminfo(proc_root: Path) -> tuple[int, int]:
         text = path.read_bytes()
     except OSError as exc:
         raise CollectError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    found: dict[bytes, int] = {}
-    for line in text.splitlines():
-        key, _, rest = line.partition(b":")
-        if key in (b"MemTotal", b"MemAvailable"):
-            parts = rest.split()
-            try:
-                found[key] = int(parts[0]) * (1024 if parts[1:2] == [b"kB"] else 1)
-            except (ValueError, IndexError):
-                raise CollectError(f"{path}: malformed {key.decode()} line: {line.decode(errors='replace')!r}") from None
+    return parse_meminfo(text, path)
+
+
+def parse_meminfo(text: bytes, path: Path) -> tuple[int, int]:
+    found: list[int] = []
     for key in (b"MemTotal", b"MemAvailable"):
-        if key not in found:
+        at = text.find(key + b":")
+        if at < 0 or (at > 0 and text[at - 1:at] != b"\n"):
             raise CollectError(f"{path}: no {key.decode()} line")
-    return found[b"MemTotal"], found[b"MemAvailable"]
+        end = text.find(b"\n", at)
+        line = text[at: end if end >= 0 else None]
+        parts = line.split()
+        try:
+            found.append(int(parts[1]) * (1024 if parts[2:3] == [b"kB"] else 1))
+        except (ValueError, IndexError):
+            raise CollectError(f"{path}: malformed {key.decode()} line: {line.decode(errors='replace')!r}") from None
+    return found[0], found[1]
+
+
+class MeminfoReader:
+    """``meminfo`` kept open and read with ``pread``: the sampler reads it ten times a second."""
+
+    def __init__(self, proc_root: Path) -> None:
+        self.path = Path(proc_root) / "meminfo"
+        self._fd: int | None = None
+
+    def read(self) -> tuple[int, int]:
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            text = os.pread(self._fd, 8192, 0)
+        except OSError as exc:
+            self.close()
+            raise CollectError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
+        return parse_meminfo(text, self.path)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_cpu_ticks(proc_root: Path) -> tuple[int, int, int]:
@@ -96,22 +126,63 @@ def read_cpu_ticks(proc_root: Path) -> tuple[int, int, int]:
 _POD_DIR = re.compile(r"^(?:kubepods-(?:burstable-|besteffort-)?pod(?P<sd>[0-9a-fA-F_-]+)\.slice|pod(?P<fs>[0-9a-fA-F-]+))$")
 
 
-def _read(path: str) -> bytes | None:
-    # os.open/os.read: no buffered file object per read; cgroup files are small (one read).
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 65536)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+class OpenFiles:
+    """Files kept open between cycles and read with ``pread``.
+
+    Opening and closing a cgroup file costs several times its read (8 µs against 1.5 µs for
+    ``memory.usage_in_bytes`` on cgroup v1), and the agent reads three per pod every cycle. A file whose
+    cgroup was removed reads ENODEV: it is reopened once, and files not read in a cycle are closed by
+    ``sweep``.
+    """
+
+    def __init__(self) -> None:
+        self._fds: dict[str, int] = {}
+        self._used: set[str] = set()
+
+    def read(self, path: str) -> bytes | None:
+        self._used.add(path)
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                return os.pread(fd, 65536, 0)
+            except OSError:
+                self._close(path)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            data = os.pread(fd, 65536, 0)
+        except OSError:
+            os.close(fd)
+            return None
+        self._fds[path] = fd
+        return data
+
+    def keep(self, path: str) -> None:
+        """Not read this cycle, but still wanted: not closed by the next ``sweep``."""
+        self._used.add(path)
+
+    def _close(self, path: str) -> None:
+        fd = self._fds.pop(path, None)
+        if fd is not None:
+            os.close(fd)
+
+    def sweep(self) -> None:
+        """Close what was not read since the last sweep (pods that left)."""
+        for path in [p for p in self._fds if p not in self._used]:
+            self._close(path)
+        self._used = set()
+
+    def close(self) -> None:
+        for path in list(self._fds):
+            self._close(path)
+
+    def __len__(self) -> int:
+        return len(self._fds)
 
 
-def _read_int(path: str) -> int | None:
-    data = _read(path)
+def _int(data: bytes | None) -> int | None:
     if data is None:
         return None
     try:
@@ -120,9 +191,8 @@ def _read_int(path: str) -> int | None:
         return None
 
 
-def _stat_value(path: str, key: bytes) -> int | None:
+def _stat_in(data: bytes | None, key: bytes) -> int | None:
     """One ``key value`` line of a flat-keyed cgroup file (memory.stat, cpu.stat)."""
-    data = _read(path)
     if data is None:
         return None
     at = data.find(b"\n" + key + b" ")
@@ -208,11 +278,16 @@ def pod_dirs(base: str, driver: str) -> dict[str, str]:
 class Collector:
     """Takes samples; remembers the previous CPU counters to turn them into rates."""
 
-    def __init__(self, proc_root: Path, cgroup_root: Path) -> None:
+    def __init__(self, proc_root: Path, cgroup_root: Path, stat_seconds: float = STAT_SECONDS) -> None:
         self.proc_root = Path(proc_root)
         self.cgroup_root = Path(cgroup_root)
         self._prev_node: tuple[int, int] | None = None
         self._prev_pods: dict[str, tuple[float, int]] = {}
+        self.files = OpenFiles()
+        # memory.stat is the costly read (a cgroup v1 kernel sums it over the hierarchy, 2 ms for 250 pods);
+        # the page cache it yields moves slowly, so each pod's is read again every ``stat_seconds`` only.
+        self.stat_seconds = stat_seconds
+        self._inactive: dict[str, tuple[float, int]] = {}
 
     def check(self) -> None:
         """Fail early (CollectError) when the proc root cannot be read."""
@@ -236,18 +311,31 @@ class Collector:
         prev = self._prev_pods
         fresh: dict[str, tuple[float, int]] = {}
         v2 = layout.version == 2
-        cpu_dirs = pod_dirs(layout.cpu_base, layout.driver) if (layout.cpu_base and not v2) else None
+        read = self.files.read
+        known = self._inactive
+        inactive_now: dict[str, tuple[float, int]] = {}
+        usage_file, stat_key = ("/memory.current", b"inactive_file") if v2 else \
+            ("/memory.usage_in_bytes", b"total_inactive_file")
+        mem_base = layout.memory_base + os.sep
+        acct_base = layout.cpu_base + os.sep if layout.cpu_base else ""
         for uid, rel in dirs.items():
-            d = os.path.join(layout.memory_base, rel)
-            if v2:
-                usage = _read_int(d + "/memory.current")
-                inactive = _stat_value(d + "/memory.stat", b"inactive_file")
-                cpu_usec = _stat_value(d + "/cpu.stat", b"usage_usec")
+            d = mem_base + rel
+            usage = _int(read(d + usage_file))
+            last = known.get(uid)
+            inactive: int | None
+            if last is not None and now - last[0] < self.stat_seconds:
+                inactive = last[1]
+                inactive_now[uid] = last
+                self.files.keep(d + "/memory.stat")
             else:
-                usage = _read_int(d + "/memory.usage_in_bytes")
-                inactive = _stat_value(d + "/memory.stat", b"total_inactive_file")
-                cpu_rel = cpu_dirs.get(uid) if cpu_dirs is not None else None
-                ns = _read_int(os.path.join(layout.cpu_base, cpu_rel, "cpuacct.usage")) if cpu_rel else None
+                inactive = _stat_in(read(d + "/memory.stat"), stat_key)
+                if inactive is not None:
+                    inactive_now[uid] = (now, inactive)
+            if v2:
+                cpu_usec = _stat_in(read(d + "/cpu.stat"), b"usage_usec")
+            else:
+                # The kubelet names a pod's folder alike in every controller: no second scan for cpuacct.
+                ns = _int(read(acct_base + rel + "/cpuacct.usage")) if acct_base else None
                 cpu_usec = ns // 1000 if ns is not None else None
             memory = max(usage - inactive, 0) if usage is not None and inactive is not None else None
             cpu = None
@@ -258,4 +346,6 @@ class Collector:
                     cpu = (cpu_usec - before[1]) / ((now - before[0]) * 1000)
             out[uid] = PodUsage(cpu, memory)
         self._prev_pods = fresh
+        self._inactive = inactive_now
+        self.files.sweep()
         return out

@@ -26,7 +26,7 @@ import select
 import time
 from pathlib import Path
 
-from webhook.agent.collectors import CollectError, read_meminfo
+from webhook.agent.collectors import CollectError, MeminfoReader
 from webhook.agent.metrics import NOTIFICATION_SOURCES, AgentMetrics
 from webhook.core.memory_notify import SamplerGate, memcg_threshold, needs_rearm
 
@@ -54,13 +54,15 @@ class MemoryWatch:
         self.problems: list[str] = []         # why a source could not be used (for the log and ``describe``)
         self.psi_trigger: str | None = None
         self._epoll = select.epoll()
+        self._meminfo = MeminfoReader(self.proc_root)
         self._wake_fd = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
         self._epoll.register(self._wake_fd, select.EPOLLIN)
         self._memcg: _MemcgThreshold | None = None
         self._psi_fd: int | None = None
         self._events_fd: int | None = None
         self._events_last = 0.0
-        self._gate: SamplerGate | None = None
+        self._gate: SamplerGate | None = None     # the sampler's, when it runs: the same edge trigger
+        self._edge = SamplerGate()
         self.fired_at: float | None = None     # when the last notification was seen (monotonic)
         v2 = os.path.exists(os.path.join(self.cgroup_root, "cgroup.controllers"))
         if mode in ("auto", "memcg-threshold") and not v2:
@@ -71,7 +73,7 @@ class MemoryWatch:
             self._open_psi()
             self._open_events()
         if mode == "sampler" or (mode != "none" and "memcg-threshold" not in self.sources):
-            self._gate = SamplerGate()
+            self._gate = self._edge
             self.sources.append("sampler")
         if metrics is not None:
             for source in NOTIFICATION_SOURCES:
@@ -138,18 +140,29 @@ class MemoryWatch:
         return text
 
     # -- arming ----------------------------------------------------------------------------------------
-    def arm(self, level: int | None, capacity: int) -> None:
-        """After a cycle: the node usage at which the next cycle should come early (None: none)."""
-        if self._gate is not None:
-            self._gate.set_level(level, capacity)
+    def arm(self, level: int | None, capacity: int, seen: int | None = None) -> str | None:
+        """After a cycle: the node usage at which the next cycle should come early (None: none).
+
+        ``seen`` is the usage the cycle measured. Returns a source name when usage reached the level after
+        that measurement (while the cycle ran): the next cycle is due now, not at the next crossing.
+        """
+        self._edge.set_level(level, capacity)
+        if seen is not None:
+            self._edge.feed(seen)          # a cycle that saw usage over the level has dealt with this crossing
+        if not self.sources:
+            return None
+        used = self._used()
+        if used is None:
+            return None
         if self._memcg is not None:
-            used = self._used()
-            if used is not None:
-                self._memcg.arm(level, used, capacity)
+            self._memcg.arm(level, used, capacity)
+        if self._edge.feed(used):
+            return self._fired(self.sources[0])
+        return None
 
     def _used(self) -> int | None:
         try:
-            total, available = read_meminfo(self.proc_root)
+            total, available = self._meminfo.read()
         except CollectError:
             return None
         return max(total - available, 0)
@@ -204,6 +217,7 @@ class MemoryWatch:
         return None
 
     def close(self) -> None:
+        self._meminfo.close()
         if self._memcg is not None:
             self._memcg.close()
         for fd in (self._psi_fd, self._events_fd, self._wake_fd):

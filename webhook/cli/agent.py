@@ -160,6 +160,18 @@ def once(args: argparse.Namespace) -> int:
 
 
 # -- run ------------------------------------------------------------------------------------------------
+def _raise_open_files_limit() -> None:
+    """The collector keeps three cgroup files open per pod; a 1024 soft limit would not hold 250 pods and more."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else 1 << 20
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("cannot raise the open files limit from %d: %s", soft, exc)
+
 def run(args: argparse.Namespace) -> int:
     from webhook.agent.actions import KubeActions
     from webhook.agent.agent import Agent, run_loop
@@ -167,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     from webhook.agent.notify import MemoryWatch
 
     setup_logging(args.log_format)
+    _raise_open_files_limit()
     node = _node_name(args)
     options = _options(args, node, dry_run=args.dry_run, enforce=True)
     try:

@@ -37,11 +37,13 @@ class Candidate:
     terminating: bool = False     # deletionTimestamp set: already releasing
 
 
-def candidates(pods: Iterable[dict[str, Any]], usage: Mapping[str, int | None]) -> list[Candidate]:
+def candidates(pods: Iterable[dict[str, Any]], usage: Mapping[str, int | None],
+               memory_request: Callable[[str, dict[str, Any]], int] | None = None) -> list[Candidate]:
     """BE pods that may be evicted: measured, not finished, not critical or mirror pods.
 
     A pod without a usage figure (no cgroup yet, or gone) is left out: evicting it would release
     an unknown amount, and Koordinator's "usage 0" stand-in evicts pods for nothing.
+    ``memory_request(uid, pod)``, when given, answers the pod's memory request (a caller's memo).
     """
     out = []
     for pod in pods:
@@ -56,9 +58,12 @@ def candidates(pods: Iterable[dict[str, Any]], usage: Mapping[str, int | None]) 
         prio = prio if isinstance(prio, int) and not isinstance(prio, bool) else None
         if (prio or 0) >= CRITICAL_PRIORITY or MIRROR_ANNOTATION in (meta.get("annotations") or {}):
             continue
-        request = pod_requests(pod).get(MEMORY)
-        out.append(Candidate(meta.get("namespace") or "", meta.get("name") or "", uid, prio, int(used),
-                             int_value(request) if request is not None else 0,
+        if memory_request is not None:
+            requested = memory_request(uid, pod)
+        else:
+            request = pod_requests(pod).get(MEMORY)
+            requested = int_value(request) if request is not None else 0
+        out.append(Candidate(meta.get("namespace") or "", meta.get("name") or "", uid, prio, int(used), requested,
                              bool(meta.get("deletionTimestamp"))))
     return out
 
