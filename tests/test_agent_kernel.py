@@ -213,6 +213,30 @@ def test_memcg_threshold_fires_on_the_way_up_only(cg: RealCgroupRoot) -> None:
         watch.close()
 
 
+def test_a_threshold_passed_early_is_set_again(cg: RealCgroupRoot) -> None:
+    """When the kernel's count runs ahead of meminfo the threshold fires before the watermark is reached; the
+    next one must still be set, however close it is to the old (the old can never fire upward again)."""
+    cg.mkdir("x")
+    cg.mkdir("y")
+    watch = MemoryWatch(cg.root, Path("/proc"), "memcg-threshold")
+    try:
+        capacity = 64 * 2**30                          # re-arm tolerance 64 MiB: bigger than the moves below
+        watch.arm(meminfo_used() + 24 * MI, capacity)
+        first = cg.spawn("x", allocator_code(48 * MI, hold_seconds=30.0), controllers=("memory",))
+        assert watch.wait(10.0) == "memcg-threshold"
+        assert first.stdout is not None
+        while first.stdout.readline().strip() != "end":
+            pass
+        watch.arm(meminfo_used() + 8 * MI, capacity)  # the level is still ahead: armed anew, just above usage
+        second = cg.spawn("y", allocator_code(32 * MI, hold_seconds=1.0), controllers=("memory",))
+        assert watch.wait(10.0) == "memcg-threshold"
+        second.communicate(timeout=30)
+        first.kill()
+        first.communicate()
+    finally:
+        watch.close()
+
+
 def test_real_allocation_over_the_watermark_is_evicted_through_the_notification(cg: RealCgroupRoot) -> None:
     cg.mkdir(BE_CTR)
     margin = 192 * MI

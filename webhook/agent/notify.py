@@ -281,8 +281,12 @@ class _MemcgThreshold:
         if level is None:
             return
         try:
-            wanted = memcg_threshold(level, used, self.usage())
-            if needs_rearm(self.threshold, wanted, capacity):
+            usage = self.usage()
+            wanted = memcg_threshold(level, used, usage)
+            # Usage already past the armed threshold (it fired early: the offset drifted) means it cannot fire
+            # on the way up again: set anew even when the new one is close to the old.
+            passed = self.threshold is not None and usage >= self.threshold
+            if passed or needs_rearm(self.threshold, wanted, capacity):
                 self._register(wanted)
         except (OSError, ValueError) as exc:
             log.warning("cannot set the memory cgroup threshold: %s", exc)
