@@ -62,13 +62,26 @@ def unified_mount() -> Path:
 class RealCgroupRoot:
     """A fake ``--cgroup-root`` whose controller folders are real, uniquely named cgroups."""
 
-    def __init__(self) -> None:
+    def __init__(self, memory_at_root: bool = False) -> None:
+        """``memory_at_root``: the memory folder is the host's root memory cgroup, as on a node, so the root's
+        usage (what the agent's threshold watches) is the whole machine's; ``kubepods`` is then created there for
+        the run (refused when one exists: a real node's) and removed afterwards."""
         self.name = f"colocation-test-{os.getpid()}-{secrets.token_hex(3)}"
         self.root = Path(tempfile.mkdtemp(prefix="colocation-cgroot-"))
         self.real: dict[str, Path] = {}
         self._made: list[Path] = []
         for ctl in V1_CONTROLLERS:
             mount = (CGROUP_FS / ctl).resolve()
+            if ctl == "memory" and memory_at_root:
+                kubepods = mount / "kubepods"
+                if kubepods.exists():
+                    shutil.rmtree(self.root, ignore_errors=True)
+                    raise FileExistsError(f"{kubepods} exists (a real node's?): not touching it")
+                kubepods.mkdir()
+                self._made.append(kubepods)
+                self.real[ctl] = mount
+                os.symlink(mount, self.root / ctl)
+                continue
             target = mount / self.name
             if target not in self._made:
                 if not target.exists():
@@ -143,8 +156,8 @@ class RealCgroupRoot:
 
 
 @contextmanager
-def real_cgroup_root() -> Iterator[RealCgroupRoot]:
-    cg = RealCgroupRoot()
+def real_cgroup_root(memory_at_root: bool = False) -> Iterator[RealCgroupRoot]:
+    cg = RealCgroupRoot(memory_at_root)
     try:
         yield cg
     finally:

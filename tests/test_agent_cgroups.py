@@ -15,7 +15,9 @@ from typing import Any
 import pytest
 
 from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
-from tests.test_agent_end_to_end import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
+from tests.test_agent_end_to_end import (  # noqa: F401  (_restore_logging: the CLI's log handler, undone)
+    GI, NODE, USAGE, _restore_logging, pods_by_name, recorded, run_once, write_state,
+)
 from webhook.agent.actions import KubeActions
 from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
@@ -26,17 +28,6 @@ from webhook.cluster.state import AGENT_KINDS, ClusterState
 BE_BATCH_0 = "59e8921c-cd38-4920-954e-8d2e83d2374c"
 CID_0 = "59e8921ccd384920954e8d2e83d2374c59e8921ccd384920954e8d2e83d2374c"
 LS_UID = "7689fea4-a4f5-428a-b56b-bbfba219d730"
-
-
-@pytest.fixture(autouse=True)
-def _restore_logging():  # type: ignore[no-untyped-def]
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 def fakes(usage: dict[str, int] = USAGE) -> list[FakePod]:
@@ -177,8 +168,8 @@ def test_a_refused_write_is_counted_logged_and_retried(tmp_path: Path, caplog: p
         first = agent.cycle(now=0.0)["cgroupWrites"]
     assert metrics.cgroup_refusals.labels("memory.max", "EISDIR")._value.get() == 1
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
-    assert refused == [f"cgroup write refused, retrying next cycle: kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}/"
-                       f"memory.max = {4 * GI}: EISDIR (Is a directory)"]
+    assert refused == [(f"cgroup write refused, retrying next cycle: kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}/"
+                        f"memory.max = {4 * GI}: EISDIR (Is a directory)")]
     # Everything else was applied; the refused write is not reported as done: the next cycle plans it again.
     agent._files = original  # type: ignore[method-assign]
     target.rmdir()

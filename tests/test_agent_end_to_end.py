@@ -344,4 +344,5 @@ def test_run_dry_run_logs_decisions_and_stops_on_sigterm(tmp_path: Path) -> None
     text = "".join(lines)
     assert "dry-run: would evict colo-demo/be-batch-1" in text
     assert "dry-run: would patch node colo-node-1 status" in text
+    assert "dry-run: would write kubepods.slice/kubepods-besteffort.slice/" in text
     assert p.returncode == 0 and "Traceback" not in text

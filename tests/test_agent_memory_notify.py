@@ -12,7 +12,9 @@ from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_p
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.notify import WAKE, MemoryWatch
 from webhook.core.memory_notify import SamplerGate, memcg_threshold, needs_rearm, trigger_level
-from webhook.core.thresholds import MEMORY_AVAILABLE, Observation, is_met, parse_thresholds, watermark_threshold
+from webhook.core.thresholds import (
+    MEMORY_AVAILABLE, Observation, Threshold, is_met, parse_thresholds, watermark_threshold,
+)
 
 GI, MI = 2**30, 2**20
 
@@ -23,7 +25,7 @@ GI, MI = 2**30, 2**20
     parse_thresholds(hard="memory.available<10%"),
     parse_thresholds(soft="memory.available<3Gi", soft_grace_period="memory.available=1m"),
 ])
-def test_trigger_level_is_where_the_threshold_starts_to_be_met(thresholds: list) -> None:
+def test_trigger_level_is_where_the_threshold_starts_to_be_met(thresholds: list[Threshold]) -> None:
     capacity = 32 * GI + 12345
     level = trigger_level(thresholds, capacity)
     assert level is not None

@@ -300,8 +300,16 @@ def test_webhook_deployment(objects: list[Obj]) -> None:
 def test_agent_daemonset(objects: list[Obj]) -> None:
     ds = _one(objects, "DaemonSet", "colocation-agent")
     assert ds["metadata"]["namespace"] == NAMESPACE
-    _hardened(ds)
     spec = ds["spec"]["template"]["spec"]
+    # Root for the root-owned cgroup files it writes, and nothing else: no privilege, no escalation, one capability.
+    assert spec["securityContext"]["runAsUser"] == 0 and spec["securityContext"]["runAsNonRoot"] is False
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = _container(ds)["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_RESOURCE"]}
+    assert "privileged" not in sc or sc["privileged"] is False
+    res = _container(ds)["resources"]
+    assert set(res["requests"]) == set(res["limits"]) == {"cpu", "memory"}
     assert spec["priorityClassName"] == "system-node-critical"
     assert spec["tolerations"] == [{"operator": "Exists"}]  # every taint
     c = _container(ds)
@@ -312,7 +320,9 @@ def test_agent_daemonset(objects: list[Obj]) -> None:
     assert {"name": "metrics", "containerPort": 9316, "protocol": "TCP"} in c["ports"]
     volumes = {v["name"]: v for v in spec["volumes"]}
     mounted = {m["mountPath"]: (volumes[m["name"]]["hostPath"]["path"], m.get("readOnly")) for m in c["volumeMounts"]}
-    assert mounted == {"/host/proc": ("/proc", True), "/host/sys/fs/cgroup": ("/sys/fs/cgroup", True)}
+    assert mounted == {"/host/proc": ("/proc", True), "/host/sys/fs/cgroup": ("/sys/fs/cgroup", None)}
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
     assert _one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] == c["image"]
 
 

@@ -81,7 +81,7 @@ class KubeActions:
                            (self.core.patch_node_status, (None, None))):
             try:
                 call(*args)
-            except Exception:  # noqa: BLE001  (the validation error is the point)
+            except Exception:  # noqa: BLE001, S110  (the validation error is the point)
                 pass
 
     def begin_cycle(self) -> None:

@@ -25,6 +25,7 @@ from webhook.core.cgroup_limits import (
     Current,
     Folder,
     Limits,
+    PodLimits,
     container_folder,
     container_ids,
     files,
