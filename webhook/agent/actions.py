@@ -161,11 +161,10 @@ def api_client_for(kubeconfig: str | None) -> Any:
     import urllib3
     from kubernetes import client, config
 
-    cfg = client.Configuration()
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    else:
-        config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+    cfg = type.__call__(client.Configuration)   # a fresh one, not a copy of the process-wide default
     # A connection that cannot be made is not retried: the cycle's one short timeout is enough to know.
     cfg.retries = urllib3.Retry(total=3, connect=0)
+    if kubeconfig:
+        return config.new_client_from_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
+    config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
     return client.ApiClient(cfg)

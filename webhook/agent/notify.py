@@ -34,6 +34,9 @@ log = logging.getLogger("colocation-agent")
 
 MODES = ("auto", "memcg-threshold", "psi", "sampler", "none")
 SAMPLE_PERIOD = 0.1
+RECHECK_PERIOD = 0.01
+RECHECK_SECONDS = 2.0
+NEAR_FRACTION = 20        # within 5 % of capacity below the level, meminfo is sampled beside the threshold
 # Tried in order: a real-time trigger (needs CAP_SYS_RESOURCE), then the 2 s window unprivileged writers get.
 PSI_TRIGGERS = ("some 100000 1000000", "some 150000 2000000")
 EVENTS_MIN_GAP = 0.1      # memory.events can change in storms (an OOM loop): at most one cycle per 100 ms from it
@@ -63,6 +66,9 @@ class MemoryWatch:
         self._events_last = 0.0
         self._gate: SamplerGate | None = None     # the sampler's, when it runs: the same edge trigger
         self._edge = SamplerGate()
+        self._capacity = 0
+        self._near = False               # usage within NEAR_FRACTION of the level: meminfo sampled too
+        self._recheck_until = 0.0        # after an early memcg notification: meminfo sampled every 10 ms
         self.fired_at: float | None = None     # when the last notification was seen (monotonic)
         v2 = os.path.exists(os.path.join(self.cgroup_root, "cgroup.controllers"))
         if mode in ("auto", "memcg-threshold") and not v2:
@@ -147,6 +153,7 @@ class MemoryWatch:
         that measurement (while the cycle ran): the next cycle is due now, not at the next crossing.
         """
         self._edge.set_level(level, capacity)
+        self._capacity = capacity
         if seen is not None:
             self._edge.feed(seen)          # a cycle that saw usage over the level has dealt with this crossing
         if not self.sources:
@@ -156,6 +163,7 @@ class MemoryWatch:
             return None
         if self._memcg is not None:
             self._memcg.arm(level, used, capacity)
+        self._near = level is not None and used >= level - capacity // NEAR_FRACTION
         if self._edge.feed(used):
             return self._fired(self.sources[0])
         return None
@@ -179,15 +187,23 @@ class MemoryWatch:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return None
-            span = min(remaining, SAMPLE_PERIOD) if self._gate is not None else remaining
+            recheck = time.monotonic() < self._recheck_until
+            polling = self._gate is not None or recheck or self._near
+            span = min(remaining, RECHECK_PERIOD if recheck else SAMPLE_PERIOD) if polling else remaining
             for fd, _ in self._epoll.poll(span):
                 fired = self._event(fd)
                 if fired is not None:
                     return self._fired(fired)
-            if self._gate is not None:
+            recheck = time.monotonic() < self._recheck_until      # an event may have just started one
+            if polling or recheck:
                 used = self._used()
-                if used is not None and self._gate.feed(used):
-                    return self._fired("sampler")
+                if used is None:
+                    continue
+                if self._memcg is not None and self._capacity:
+                    self._near = self._edge.level is not None and \
+                        used >= self._edge.level - self._capacity // NEAR_FRACTION
+                if self._edge.feed(used):   # after an early memcg notification, still the threshold's doing
+                    return self._fired("memcg-threshold" if recheck and self._memcg is not None else "sampler")
 
     def _fired(self, source: str) -> str:
         if source != WAKE:
@@ -204,7 +220,18 @@ class MemoryWatch:
                 pass
             return WAKE
         if self._memcg is not None and fd == self._memcg.eventfd:
-            return "memcg-threshold" if self._memcg.crossed_up() else None
+            if not self._memcg.crossed_up():
+                return None
+            # The watermark is on meminfo's measure: check it (8 µs) before a full cycle. It can lag the
+            # cgroup's count (page cache growth; pages reused from the per-CPU lists after a large free are
+            # not seen as taken for a while), so when it is still short the agent watches meminfo every 10 ms
+            # for a while and lets the threshold fire again a little higher.
+            level, used = self._edge.level, self._used()
+            if level is not None and used is not None and used < level:
+                self._recheck_until = time.monotonic() + RECHECK_SECONDS
+                self._memcg.step(self._capacity)
+                return None
+            return "memcg-threshold" if used is None or self._edge.feed(used) else None
         if fd == self._psi_fd:
             return "psi"
         if fd == self._events_fd:
@@ -288,6 +315,13 @@ class _MemcgThreshold:
             passed = self.threshold is not None and usage >= self.threshold
             if passed or needs_rearm(self.threshold, wanted, capacity):
                 self._register(wanted)
+        except (OSError, ValueError) as exc:
+            log.warning("cannot set the memory cgroup threshold: %s", exc)
+
+    def step(self, capacity: int) -> None:
+        """Set the threshold just above the current usage: further growth notifies again."""
+        try:
+            self._register(self.usage() + max(capacity // 1024, 1 << 20))
         except (OSError, ValueError) as exc:
             log.warning("cannot set the memory cgroup threshold: %s", exc)
 
