@@ -436,7 +436,7 @@ def test_profile_class_change_passes_the_reinvoked_priority_plugin() -> None:
 
 
 def test_patch_ops_keep_their_own_copy_of_values() -> None:
-    from webhook.admission.patch import PatchBuilder
+    from webhook.admission.domain.patch import PatchBuilder
 
     doc: dict = {"spec": {}}
     pb = PatchBuilder(doc)

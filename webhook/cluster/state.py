@@ -7,15 +7,16 @@ Every write replaces whole dicts, so a reader never sees a half-applied update.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from webhook.core.priority import SYSTEM_PRIORITY_CLASSES, default_priority_class
 
 SLO_CONFIG_NAMESPACE = "koordinator-system"
 SLO_CONFIG_NAME = "slo-controller-config"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,15 +139,13 @@ class ClusterState:
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self._objects.get(kind, {}).get((namespace, name))
 
-    def _cached(self, key: str, build):  # type: ignore[no-untyped-def]
+    def derived(self, key: str, build: Callable[[], T]) -> T:
+        """A value computed from the current objects, rebuilt after any change (rules' caches). One key
+        always holds one type: the key names what ``build`` makes."""
         derived = self._derived
         if key not in derived:
             derived[key] = build()
-        return derived[key]
-
-    def derived(self, key: str, build):  # type: ignore[no-untyped-def]
-        """A value computed from the current objects, rebuilt after any change (rules' caches)."""
-        return self._cached(key, build)
+        return cast(T, derived[key])
 
     def priority_class(self, name: str) -> dict[str, Any] | None:
         pc = self._objects.get("PriorityClass", {}).get(("", name))
@@ -155,7 +154,7 @@ class ClusterState:
         return pc
 
     def default_priority_class(self) -> dict[str, Any] | None:
-        return self._cached("default_pc", lambda: default_priority_class(self.objects("PriorityClass")))
+        return self.derived("default_pc", lambda: default_priority_class(self.objects("PriorityClass")))
 
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         """The namespace's labels (with ``kubernetes.io/metadata.name``), or None when unknown."""
@@ -168,7 +167,7 @@ class ClusterState:
 
     def colocation_profiles(self) -> list[dict[str, Any]]:
         """Every ClusterColocationProfile, in name order (the order they apply in)."""
-        return self._cached(
+        return self.derived(
             "profiles",
             lambda: [p for _, p in sorted(self._objects.get("ClusterColocationProfile", {}).items())],
         )
@@ -180,7 +179,7 @@ class ClusterState:
                 by_ns.setdefault(ns, []).append(q)
             return by_ns
 
-        return self._cached("quotas", build).get(namespace, [])
+        return self.derived("quotas", build).get(namespace, [])
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._objects.get("ConfigMap", {}).get((namespace, name))

@@ -7,7 +7,8 @@ koord-prod; LSR/LSE request whole cpus; on UPDATE the QoS class, the priority cl
 
 from __future__ import annotations
 
-from webhook.admission.response import Decision, denied
+from webhook.admission.context import ValidatingContext
+from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.fielderrors import aggregate
 from webhook.core.koord_rules import immutable_errors, pod_errors
@@ -21,13 +22,13 @@ def handles(request: AdmissionRequest) -> bool:
     return request.is_pod and request.operation in ("CREATE", "UPDATE")
 
 
-def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
+def validate(ctx: ValidatingContext) -> Denial | None:
     errors: list[str] = []
     if ctx.request.operation == "UPDATE" and isinstance(ctx.old_pod, dict):
         errors += immutable_errors(ctx.old_pod, ctx.pod)
     errors += pod_errors(ctx.pod)
     if errors:
-        return denied(aggregate(errors), rule=NAME)
+        return denied(aggregate(errors))
     if ctx.explain is not None:
         ctx.note(NAME, f"qosClass={koord_qos_class(ctx.pod) or '<none>'}, "
                        f"priorityClass={koord_priority_class(ctx.pod) or '<none>'}: allowed"

@@ -6,8 +6,8 @@ matched, unless a matched profile carries ``config.koordinator.sh/skip-update-re
 
 from __future__ import annotations
 
-from webhook.admission.colocation_profile import FACT_MATCHED, FACT_SKIP_RESOURCES
-from webhook.admission.response import Decision
+from webhook.admission.context import MutatingContext
+from webhook.admission.response import Denial
 from webhook.admission.review import AdmissionRequest
 from webhook.core.batch_resources import (
     EXTENDED_RESOURCE_SPEC,
@@ -28,20 +28,20 @@ def handles(request: AdmissionRequest) -> bool:
     return request.is_pod and request.operation == "CREATE"
 
 
-def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
+def admit(ctx: MutatingContext) -> Denial | None:
     spec = ctx.pod.get("spec")
     if not isinstance(spec, dict):
         return None
-    priority = ctx.facts.get("priority", spec.get("priority"))
+    priority = ctx.facts.priority if ctx.facts.priority is not None else spec.get("priority")
     targets = targets_for(priority)
     qos = koord_qos_class(ctx.pod)  # the label, or the legacy alibabacloud.com/qosClass annotation
     if targets is None:
         ctx.note(NAME, f"priority {priority} is not in the koord-batch or koord-mid band: no conversion")
         if qos == "BE" and _asks_native(spec):
-            ctx.decision.warn(f"QoS BE pod with priority {priority} keeps cpu/memory; use priorityClassName "
+            ctx.warn(f"QoS BE pod with priority {priority} keeps cpu/memory; use priorityClassName "
                               "koord-batch to get batch resources")
-    elif ctx.facts.get(FACT_SKIP_RESOURCES):
-        ctx.note(NAME, f"skipped: a matched profile ({', '.join(ctx.facts.get(FACT_MATCHED, []))}) has "
+    elif ctx.facts.skip_update_resources:
+        ctx.note(NAME, f"skipped: a matched profile ({', '.join(ctx.facts.matched_profiles)}) has "
                        "config.koordinator.sh/skip-update-resources")
     else:
         _convert(ctx, spec, priority, targets)
@@ -79,8 +79,8 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
         where.append(_where(spec, path))  # names only: ``spec`` may be the pod before these writes
     cpu_name, mem_name = targets
     summary = f"cpu/memory -> {cpu_name}/{mem_name.rsplit('/', 1)[-1]} ({band} {priority}) in {', '.join(where)}"
-    ctx.decision.audit_annotations[NAME] = summary
-    ctx.decision.warn(f"converted cpu/memory to {cpu_name}/{mem_name.rsplit('/', 1)[-1]} in {len(where)} "
+    ctx.audit(NAME, summary)
+    ctx.warn(f"converted cpu/memory to {cpu_name}/{mem_name.rsplit('/', 1)[-1]} in {len(where)} "
                       f"place(s) ({band} priority {priority})")
     if ctx.explain is not None:
         for text, (_path, _new, done) in zip(where, changes):

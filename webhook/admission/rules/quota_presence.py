@@ -8,7 +8,8 @@ upstream's text (upstream answers the scope case with 500; reference README devi
 
 from __future__ import annotations
 
-from webhook.admission.response import Decision, denied
+from webhook.admission.context import ValidatingContext
+from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.quota import check_presence, format_scopes
 
@@ -19,7 +20,7 @@ def handles(request: AdmissionRequest) -> bool:
     return request.is_pod and request.operation == "CREATE"
 
 
-def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
+def validate(ctx: ValidatingContext) -> Denial | None:
     limited = ctx.settings.limited_resources
     if not limited:
         ctx.note(NAME, "no limitedResources configured (--quota-config): nothing to check")
@@ -34,10 +35,9 @@ def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
                    f"{', '.join(result.covering_quotas) or 'none'}; tracking this pod: "
                    f"{', '.join(result.tracking_quotas) or 'none'}")
     if result.error is not None:
-        return denied(result.error, rule=NAME)
+        return denied(result.error)
     if result.limited_scopes or result.limited_names:
-        ctx.decision.audit_annotations[NAME] = (
-            f"covered in {ns} by {', '.join(sorted(set(result.covering_quotas + result.tracking_quotas)))}")
+        ctx.audit(NAME, f"covered in {ns} by {', '.join(sorted(set(result.covering_quotas + result.tracking_quotas)))}")
         ctx.note(NAME, "covered: allowed")
     else:
         ctx.note(NAME, "pod matches no limited scope or resource: allowed")

@@ -5,12 +5,11 @@ A batch-cpu below 100 (a tenth of a core) is allowed with a warning: it is usual
 
 from __future__ import annotations
 
-from webhook.admission.batch_mixing import FACT_RESOURCE_LISTS
-from webhook.admission.response import Decision, denied
+from webhook.admission.context import ValidatingContext
+from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.batch_validation import unit_problems
 from webhook.core.fielderrors import aggregate
-from webhook.core.resources import resource_lists
 
 NAME = "batch-units"
 
@@ -19,16 +18,16 @@ def handles(request: AdmissionRequest) -> bool:
     return request.is_pod and request.operation in ("CREATE", "UPDATE")
 
 
-def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
+def validate(ctx: ValidatingContext) -> Denial | None:
     spec = ctx.pod.get("spec") or {}
-    errors, warnings = unit_problems(spec, ctx.memo(FACT_RESOURCE_LISTS, lambda: resource_lists(spec)))
+    errors, warnings = unit_problems(spec, ctx.resource_lists)
     for text in warnings:
-        ctx.decision.warn(text)
+        ctx.warn(text)
         if ctx.explain is not None:
             ctx.note(NAME, f"warning: {text}")
     if errors:
-        return denied(aggregate(errors), rule=NAME)
+        return denied(aggregate(errors))
     if warnings:
-        ctx.decision.audit_annotations[NAME] = "; ".join(warnings)
+        ctx.audit(NAME, "; ".join(warnings))
     ctx.note(NAME, "batch-cpu/batch-memory: whole milli-cores and bytes, requests not above limits")
     return None

@@ -10,8 +10,10 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-from webhook.admission.response import Decision, forbidden
+from webhook.admission.context import MutatingContext
+from webhook.admission.response import Denial, forbidden
 from webhook.admission.review import AdmissionRequest
+from webhook.cluster.state import ClusterState
 from webhook.core.profiles import (
     ApplyError,
     ProfileSet,
@@ -24,53 +26,50 @@ from webhook.core.profiles import (
 from webhook.core.qos import QOS_LABEL
 
 NAME = "colocation-profile"
-FACT_MATCHED = "profiles"                      # list[str]: names of the applied profiles
-FACT_SKIP_RESOURCES = "skip_update_resources"  # bool: a matched profile turns batch conversion off
 
 
 def handles(request: AdmissionRequest) -> bool:
     return request.is_pod and request.operation == "CREATE"
 
 
-def profile_set(state: Any) -> ProfileSet:
+def profile_set(state: ClusterState) -> ProfileSet:
     """The compiled profiles of the state's current generation (rebuilt after any change)."""
     return state.derived("colocation_profiles", lambda: ProfileSet(state.colocation_profiles()))
 
 
-def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
-    ctx.facts[FACT_MATCHED] = []
-    ctx.facts[FACT_SKIP_RESOURCES] = False
+def admit(ctx: MutatingContext) -> Denial | None:
     pset = profile_set(ctx.state)
     if not pset.profiles:
         ctx.note(NAME, "no ClusterColocationProfile in the cluster state")
         return None
     ns = ctx.namespace
     ns_labels = ctx.state.namespace_labels(ns)
-    meta = ctx.pod.get("metadata") if isinstance(ctx.pod.get("metadata"), dict) else {}
+    meta = ctx.pod.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
     identity = meta.get("name") or ctx.request.name or meta.get("generateName") or ""
     draw = probability_draw(ns, identity)
     if ctx.explain is not None:
         _explain(ctx, pset, ns, ns_labels, draw, identity)
     if ns_labels is None:
-        ctx.decision.warn(f"namespace {ns} is not in the webhook's cluster state; no colocation profile applied")
+        ctx.warn(f"namespace {ns} is not in the webhook's cluster state; no colocation profile applied")
         return None
     view = pset.for_namespace(ns, ns_labels)
     for p in view.broken:
-        ctx.decision.warn(f"colocation profile {p.name} ignored: {p.error}")
+        ctx.warn(f"colocation profile {p.name} ignored: {p.error}")
     try:
         res = resolve(view, ctx.pod, draw, ctx.state.priority_class)
     except ApplyError as exc:
         ctx.note(NAME, f"denied: {exc.message}")
-        return forbidden(ctx.pod_name, exc.message, rule=NAME)
+        return forbidden(ctx.pod_name, exc.message)
     for p, why in res.failed:
-        ctx.decision.warn(f"colocation profile {p.name} not applied: {why}")
+        ctx.warn(f"colocation profile {p.name} not applied: {why}")
         ctx.note(NAME, f"profile {p.name} not applied: {why}")
     if not res.settled:
-        ctx.decision.warn(f"colocation profiles did not settle after {res.passes} passes (they undo each other); "
+        ctx.warn(f"colocation profiles did not settle after {res.passes} passes (they undo each other); "
                           "check their selectors")
     names = [p.name for p in res.matched]
-    ctx.facts[FACT_MATCHED] = names
-    ctx.facts[FACT_SKIP_RESOURCES] = any(p.skip_update_resources for p in res.matched)
+    ctx.facts.matched_profiles = names
+    ctx.facts.skip_update_resources = any(p.skip_update_resources for p in res.matched)
     if res.pod is ctx.pod:
         if names:
             ctx.note(NAME, f"matched {', '.join(names)}: the pod already carries what they set")
@@ -80,8 +79,8 @@ def admit(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
     if len(ctx.patch.ops) == before:
         return None
     changed = _summary(ctx.patch.ops[before:])
-    ctx.decision.audit_annotations[NAME] = f"applied {', '.join(names)}: {changed}"
-    ctx.decision.warn(_short(names, res.pod))
+    ctx.audit(NAME, f"applied {', '.join(names)}: {changed}")
+    ctx.warn(_short(names, res.pod))
     if ctx.explain is not None:
         ctx.note(NAME, f"applied {', '.join(names)} in {res.passes} pass(es): {changed}")
     return None
