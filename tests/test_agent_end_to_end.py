@@ -24,16 +24,7 @@ NODE = "colo-node-1"
 NS = "colo-demo"
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():  # type: ignore[no-untyped-def]
-    """The CLI installs a handler on the (captured) stderr; later tests must not log into a closed stream."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def recorded(name: str) -> Any:

@@ -26,14 +26,7 @@ RQ = "apiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: q\n  namespace: pr
 POD = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: be-0\n  namespace: colo-demo\nspec:\n  containers:\n"
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():  # type: ignore[no-untyped-def]
-    """The CLIs install a handler on the (captured) stderr; later tests must not log into a closed stream."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 # -- the files source: path:line: Kind name: unknown field "..." ------------------------------------------

@@ -29,39 +29,45 @@ _LIST = re.compile(r"^List\[(.+)\]$")
 _DICT = re.compile(r"^Dict\[str, (.+)\]$")
 
 
+# A client type text, parsed once: ("list", item type), ("dict", value type), ("model", {field: type}) or None
+# for a scalar or free-form ``object`` (IntOrString, RawExtension), whose contents are not looked into.
+_Schema = tuple[str, Any] | None
+
+
 @cache
-def _fields(model: type) -> dict[str, str]:
-    """JSON field name -> the client's type text (``V1ObjectMeta``, ``List[V1Container]``, ``str``, ...)."""
-    return {model.attribute_map[attr]: kind for attr, kind in model.openapi_types.items()}  # type: ignore[attr-defined]
-
-
-def _model(type_text: str) -> type | None:
+def _schema(type_text: str) -> _Schema:
+    if m := _LIST.match(type_text):
+        return ("list", m.group(1))
+    if m := _DICT.match(type_text):
+        return ("dict", m.group(1))
     model = getattr(k8s_models, type_text, None)
-    return model if isinstance(model, type) and hasattr(model, "openapi_types") else None
+    types, names = getattr(model, "openapi_types", None), getattr(model, "attribute_map", None)
+    if isinstance(types, dict) and isinstance(names, dict):
+        return ("model", {names[attr]: t for attr, t in types.items()})
+    return None
 
 
 def _walk(value: Any, type_text: str, path: Path) -> Iterator[Path]:
-    """Paths of the fields in ``value`` that the client's type does not have (scalars and ``object`` are free)."""
-    if m := _LIST.match(type_text):
+    """Paths of the fields in ``value`` that the client's type does not have."""
+    schema = _schema(type_text)
+    if schema is None:
+        return
+    shape, inner = schema
+    if shape == "list":
         if isinstance(value, list):
             for i, item in enumerate(value):
-                yield from _walk(item, m.group(1), (*path, i))
-        return
-    if m := _DICT.match(type_text):
+                yield from _walk(item, inner, (*path, i))
+    elif shape == "dict":
         if isinstance(value, dict):
             for key, item in value.items():
-                yield from _walk(item, m.group(1), (*path, key))
-        return
-    model = _model(type_text)
-    if model is None or not isinstance(value, dict):
-        return  # a scalar, free-form ``object`` (IntOrString, RawExtension), or a wrong type others report
-    fields = _fields(model)
-    for key, item in value.items():
-        known = fields.get(key) if isinstance(key, str) else None
-        if known is None:
-            yield (*path, key)
-        else:
-            yield from _walk(item, known, (*path, key))
+                yield from _walk(item, inner, (*path, key))
+    elif isinstance(value, dict):  # a wrong type (a list for an object, ...) is for others to report
+        for key, item in value.items():
+            known = inner.get(key) if isinstance(key, str) else None
+            if known is None:
+                yield (*path, key)
+            else:
+                yield from _walk(item, known, (*path, key))
 
 
 def format_path(path: Path) -> str:
