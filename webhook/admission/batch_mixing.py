@@ -1,8 +1,8 @@
 """No mixing: a pod asks either for batch resources or for native cpu/memory, never both.
 
 Containers, init containers and ``spec.overhead`` all count (``core.batch_validation.mixing_error``). As the
-first validating rule it also answers 400 for a pod whose outline is malformed, so the rules after
-it can trust the shape.
+first validating rule it also answers 400 for a pod whose outline is malformed or that holds a value
+that is no quantity (what the apiserver's decoder refuses), so the rules after it can trust both.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 from webhook.admission.response import Decision, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.batch_validation import mixing_error
-from webhook.core.resources import pod_shape_error, resource_lists
+from webhook.core.fielderrors import aggregate
+from webhook.core.resources import pod_shape_error, quantity_errors, resource_lists
 
 NAME = "batch-mixing"
 FACT_RESOURCE_LISTS = "resource_lists"  # core.resources.resource_lists of the pod, shared with batch-units
@@ -28,7 +29,11 @@ def validate(ctx) -> Decision | None:  # type: ignore[no-untyped-def]
     if shape is not None:
         return denied(shape, rule=NAME, code=400, reason="BadRequest")
     spec = ctx.pod["spec"]
-    message = mixing_error(spec, ctx.memo(FACT_RESOURCE_LISTS, lambda: resource_lists(spec)))
+    lists = ctx.memo(FACT_RESOURCE_LISTS, lambda: resource_lists(spec))
+    bad = quantity_errors(spec, lists)
+    if bad:
+        return denied(aggregate(bad), rule=NAME, code=400, reason="BadRequest")
+    message = mixing_error(spec, lists)
     if message is not None:
         return denied(message, rule=NAME)
     ctx.note(NAME, "containers, init containers and overhead: batch and native cpu/memory not mixed")

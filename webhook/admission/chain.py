@@ -2,7 +2,9 @@
 
 A rule is a module with ``NAME``, ``handles(request) -> bool`` and ``admit(ctx)`` (mutating) or
 ``validate(ctx)`` (validating). It changes the pod only through ``ctx.patch``, adds warnings and
-audit annotations to ``ctx.decision``, and returns a denial Decision or None to go on.
+audit annotations to ``ctx.decision``, and returns a denial Decision or None to go on. A mutating
+rule that changes what an earlier rule reads calls ``ctx.rerun``: the chain then runs once more on
+the result, so that a reinvocation on its answer finds nothing left to do.
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class Context:
     patch: PatchBuilder
     decision: Decision
     explain: list[str] | None = None          # filled only for `review --explain`
-    facts: dict[str, Any] = field(default_factory=dict)  # what earlier rules found out
+    facts: dict[str, Any] = field(default_factory=dict)  # what earlier rules found out (kept across passes)
+    rerun_reason: str | None = None           # set by ``rerun`` during a pass
 
     @property
     def namespace(self) -> str:
@@ -63,6 +66,11 @@ class Context:
         """An ``--explain`` line. Callers building costly text check ``ctx.explain is not None`` first."""
         if self.explain is not None:
             self.explain.append(f"[{rule}] {text}")
+
+    def rerun(self, reason: str) -> None:
+        """Run the mutating chain once more after this pass: ``reason`` changed what an earlier rule
+        reads (a label a profile may select on)."""
+        self.rerun_reason = reason
 
     def memo(self, key: str, compute: Callable[[], Any]) -> Any:
         """``facts[key]``, computed on first use, so rules share one pass over the pod. Only for
@@ -90,6 +98,7 @@ class ValidatingRule(Protocol):
 
 MUTATING: tuple[Any, ...] = (colocation_profile, priority, batch_resources)
 VALIDATING: tuple[Any, ...] = (batch_mixing, batch_units, koordinator_rules, quota_presence)
+MAX_PASSES = 3  # a rerun is asked for once per pod (a label set where none was); the bound is a guard
 
 
 def _run(rules: tuple[Any, ...], method: str, request: AdmissionRequest, state: ClusterState,
@@ -112,19 +121,31 @@ def _run(rules: tuple[Any, ...], method: str, request: AdmissionRequest, state: 
     patch = PatchBuilder(obj)
     pod = patch.doc if mutate else obj
     ctx = Context(request, state, settings, pod, request.oldObject, patch, decision, explain)
-    for rule in active:
-        try:
-            verdict = getattr(rule, method)(ctx)
-        except Exception as exc:  # a bug must not become a 500 with a traceback
-            log.exception("rule %s failed on request %s", rule.NAME, request.uid)
-            return errored(500, f"internal error in rule {rule.NAME}: {type(exc).__name__}", rule=rule.NAME)
-        if verdict is not None and not verdict.allowed:
-            verdict.warnings = decision.warnings + verdict.warnings
-            verdict.audit_annotations = {**decision.audit_annotations, **verdict.audit_annotations}
-            verdict.rule = verdict.rule or rule.NAME
-            if explain is not None:
-                explain.append(f"[{rule.NAME}] denied: {verdict.message}")
-            return verdict
+    for n in range(1, MAX_PASSES + 1):
+        earlier = dict(decision.audit_annotations) if n > 1 else None
+        ctx.rerun_reason = None
+        for rule in active:
+            try:
+                verdict = getattr(rule, method)(ctx)
+            except Exception as exc:  # a bug must not become a 500 with a traceback
+                log.exception("rule %s failed on request %s", rule.NAME, request.uid)
+                return errored(500, f"internal error in rule {rule.NAME}: {type(exc).__name__}", rule=rule.NAME)
+            if verdict is not None and not verdict.allowed:
+                verdict.warnings = decision.warnings + verdict.warnings
+                verdict.audit_annotations = {**decision.audit_annotations, **verdict.audit_annotations}
+                verdict.rule = verdict.rule or rule.NAME
+                if explain is not None:
+                    explain.append(f"[{rule.NAME}] denied: {verdict.message}")
+                return verdict
+        if earlier is not None:  # a later pass adds to what a rule said before, never replaces it
+            for key, value in earlier.items():
+                now = decision.audit_annotations.get(key)
+                if now != value:
+                    decision.audit_annotations[key] = f"{value}; {now}" if now else value
+        if not mutate or ctx.rerun_reason is None or n == MAX_PASSES:
+            break
+        if explain is not None:
+            explain.append(f"[chain] pass {n + 1}: {ctx.rerun_reason}")
     # Ops of different rules can cancel out (a profile's patch adds cpu, batch-resources removes
     # it); a patch that leaves the object as it was is no patch, so a reinvocation stays a no-op.
     # pod == obj first: copy on write shares every untouched subtree, so it is the cheap test.
