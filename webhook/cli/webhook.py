@@ -52,7 +52,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook.admission.app import create_app
-    from webhook.certwatch import CertWatcher, WatchingServer
+    from webhook.certwatch import CertWatcher, WatchingServer, wait_for_pair
     from webhook.tls import ensure_localhost
 
     setup_logging(args.log_format)
@@ -60,10 +60,14 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError("--tls-cert-file and --tls-private-key-file go together")
     if args.cluster_state is not None and args.kubeconfig:
         raise UsageError("--kubeconfig and --cluster-state are alternatives; give one")
+    if args.wait_for_certs and not args.tls_cert_file:
+        raise UsageError("--wait-for-certs needs --tls-cert-file and --tls-private-key-file")
     settings = _settings(args.quota_config)
     state, source = _state(args.cluster_state, args.kubeconfig, watch=True)
     if args.tls_cert_file:
         cert, key = Path(args.tls_cert_file), Path(args.tls_private_key_file)
+        if args.wait_for_certs and not wait_for_pair(cert, key):
+            return 0
         for flag, p in (("--tls-cert-file", cert), ("--tls-private-key-file", key)):
             if not p.is_file():
                 raise UsageError(f"{flag}: {p} does not exist")
@@ -206,6 +210,28 @@ def certs_ca_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
+def certs_bootstrap(args: argparse.Namespace) -> int:
+    """In-cluster (the install's Job): exit 0 done, 1 an API request failed (the Job retries), 2 unusable input."""
+    from webhook.certbootstrap import BootstrapError, BootstrapInputError, Target, bootstrap
+    from webhook.cluster.live import _client_configuration
+
+    setup_logging(args.log_format)
+    target = Target(namespace=args.namespace, service=args.service, secret_name=args.secret_name,
+                    mutating=args.mutating_webhook_configuration, validating=args.validating_webhook_configuration,
+                    days=args.days)
+    try:
+        from kubernetes import client
+
+        api_client = client.ApiClient(_client_configuration(args.kubeconfig))
+        bootstrap(api_client, target)
+    except (BootstrapInputError, LiveSourceError) as exc:
+        raise UsageError(str(exc)) from None
+    except BootstrapError as exc:
+        log.error("%s", exc)
+        return EXIT_DENIED
+    return 0
+
+
 # -- entry point ----------------------------------------------------------------------------
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="colocation-webhook", description=__doc__)
@@ -216,6 +242,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--port", type=int, default=8443)
     s.add_argument("--tls-cert-file")
     s.add_argument("--tls-private-key-file")
+    s.add_argument("--wait-for-certs", action="store_true",
+                   help="wait until the TLS files exist and are a usable pair (a Secret created after the pod "
+                        "starts) instead of exiting with code 2")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--kubeconfig")
     src.add_argument("--cluster-state", type=Path, metavar="DIR")
@@ -237,7 +266,7 @@ def parser() -> argparse.ArgumentParser:
     csub = c.add_subparsers(dest="certs_command", required=True)
     g = csub.add_parser("generate", help="write ca.crt, ca.key, tls.crt, tls.key for SERVICE.NAMESPACE.svc")
     g.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
-    g.add_argument("--namespace", required=True, help="its namespace (manifests: koordinator-system)")
+    g.add_argument("--namespace", required=True, help="its namespace (manifests: colocation-system)")
     g.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to write (default certs/)")
     g.add_argument("--days", type=int, default=365, help="validity in days (default 365)")
     g.add_argument("--force", action="store_true", help="replace a valid pair (the CA is kept while it is good)")
@@ -246,6 +275,17 @@ def parser() -> argparse.ArgumentParser:
     b = csub.add_parser("ca-bundle", help="print the base64 CA certificate for a webhook's caBundle")
     b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read (default certs/)")
     b.set_defaults(func=certs_ca_bundle)
+    bs = csub.add_parser("bootstrap", help="in the cluster: create the serving Secret when missing or unusable "
+                         "and put its CA into the webhook configurations (the install's Job)")
+    bs.add_argument("--namespace", required=True, help="the namespace of the Service and the Secret")
+    bs.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
+    bs.add_argument("--secret-name", required=True, help="the kubernetes.io/tls Secret the webhook mounts")
+    bs.add_argument("--mutating-webhook-configuration", metavar="NAME", help="give every webhook of it the CA")
+    bs.add_argument("--validating-webhook-configuration", metavar="NAME", help="give every webhook of it the CA")
+    bs.add_argument("--days", type=int, default=3650, help="validity of a new CA and certificate (default 3650)")
+    bs.add_argument("--kubeconfig", help="default: the in-cluster ServiceAccount")
+    bs.add_argument("--log-format", choices=("text", "json"), default="text")
+    bs.set_defaults(func=certs_bootstrap)
     return p
 
 
