@@ -606,6 +606,8 @@ def _as_the_apiserver_reads_it(node: Obj, root: bool = True) -> Obj:
     ("status.anything", lambda p: p.update(status={"phase": "x"}), "'phase' was unexpected"),
 ])
 def test_crd_schema_refuses_unknown_fields(name: str, change: Any, error: str) -> None:
+    """A typo such as spec.selecter is refused (kubectl) or dropped (other clients), never stored; see
+    ``_as_the_apiserver_reads_it``. The example profile passes the same strict reading."""
     strict = jsonschema.Draft7Validator(_as_the_apiserver_reads_it(_profile_schema()))
     profile = copy.deepcopy(_profiles_we_ship()[0][1])
     assert [e.message for e in strict.iter_errors(profile)] == []
