@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,16 @@ KOORD_PRIORITY_CLASSES_YAML = "---\n".join(
 
 def load_fixture(rel: str) -> Any:
     return json.loads((FIXTURES / rel).read_text())
+
+
+@pytest.fixture()
+def restore_logging() -> Iterator[None]:
+    """The CLIs install a handler on the (captured) stderr; later tests must not log into a closed stream."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,7 @@ def test_convert_resources_hit_gives_fresh_maps() -> None:
 
 def test_canonical_errors_and_cache() -> None:
     assert canonical("1000") == canonical("1000") == "1k"
-    for bad in ({"x": 1}, [1], "abc", 1.5):
+    for bad in ({"x": 1}, [1], "abc", math.nan, math.inf):
         with pytest.raises(QuantityError):
             canonical(bad)
+    assert canonical(1.5) == "1500m"  # a JSON number reads as its text, as in Go

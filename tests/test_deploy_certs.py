@@ -5,10 +5,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import os
 import shutil
 import socket
 import ssl
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -343,3 +346,61 @@ def _try_connect(port: int, trust: ssl.SSLContext) -> int | None:
         return _served_serial(port, trust)
     except (OSError, ssl.SSLError):
         return None
+
+
+# -- serve --wait-for-certs (the Deployment mounts the Secret before the bootstrap Job makes it) ----------
+def _serve(tmp_path: Path, certs: Path, *extra: str) -> tuple[subprocess.Popen[str], int, Path]:
+    from webhook.cluster.sources import example_folder
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    log = tmp_path / "serve.log"
+    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1",
+                             "--port", str(port), "--tls-cert-file", str(certs / "tls.crt"),
+                             "--tls-private-key-file", str(certs / "tls.key"), "--cluster-state", str(example_folder()),
+                             *extra], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
+    return proc, port, log
+
+
+def test_serve_waits_for_missing_certificates_then_serves_them(tmp_path: Path) -> None:
+    certs = tmp_path / "tls"  # an optional Secret volume before the Secret exists: nothing there yet
+    proc, port, log = _serve(tmp_path, certs, "--wait-for-certs")
+    try:
+        _wait_for(lambda: "waiting for the TLS certificate" in log.read_text(), "the waiting message")
+        time.sleep(1.5)  # a few polls: still waiting, reported once, nothing listening
+        assert proc.poll() is None
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        paths = generate(certs, ["localhost", "127.0.0.1"])
+        trust = ssl.create_default_context(cafile=str(paths.ca_cert))
+        _wait_for(lambda: _try_connect(port, trust) == _serial(paths.cert), "the server to serve the new pair")
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=10)
+    text = log.read_text()
+    assert code == 0
+    assert text.count("waiting for the TLS certificate") == 1, text
+    assert f"{certs / 'tls.crt'} does not exist yet" in text
+    assert "the TLS certificate" in text and "is there" in text
+
+
+def test_serve_waiting_for_certificates_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    proc, _port, log = _serve(tmp_path, tmp_path / "none", "--wait-for-certs")
+    _wait_for(lambda: "waiting for the TLS certificate" in log.read_text(), "the waiting message")
+    proc.terminate()
+    assert proc.wait(timeout=10) == 0
+
+
+def test_serve_without_wait_for_certs_exits_2_on_a_missing_certificate(tmp_path: Path) -> None:
+    proc, _port, log = _serve(tmp_path, tmp_path / "none")
+    assert proc.wait(timeout=30) == 2
+    assert f"--tls-cert-file: {tmp_path / 'none' / 'tls.crt'} does not exist" in log.read_text()
+
+
+def test_wait_for_certs_needs_the_tls_flags(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-m", "webhook.cli.webhook", "serve", "--wait-for-certs"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "--wait-for-certs needs --tls-cert-file and --tls-private-key-file" in r.stderr

@@ -21,8 +21,10 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import ssl
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,6 +120,49 @@ class CertWatcher:
             if here not in target.parents:
                 found.add(target)
         return sorted(str(d) for d in found if d.is_dir())
+
+
+def _unusable(cert: Path, key: Path) -> str | None:
+    """Why ``cert``/``key`` cannot be served yet, or None."""
+    try:
+        pair = cert.read_bytes(), key.read_bytes()
+    except FileNotFoundError as exc:
+        return f"{exc.filename} does not exist yet"
+    except OSError as exc:
+        return f"cannot read {exc.filename}: {exc.strerror}"
+    try:
+        check_pair(*pair)
+    except CertsError as exc:
+        return f"{cert} / {key}: {exc}"
+    return None
+
+
+def wait_for_pair(cert: Path, key: Path, poll_seconds: float = 1.0, stop: threading.Event | None = None) -> bool:
+    """Block until ``cert`` and ``key`` exist and are a usable pair (True), or SIGTERM/SIGINT (False).
+
+    For a Deployment that mounts its TLS Secret before the Secret exists (the install's bootstrap Job
+    or cert-manager creates it): the process waits, logging once why, instead of exiting and being
+    restarted in a loop."""
+    stop = stop or threading.Event()
+    handlers = {}
+    if threading.current_thread() is threading.main_thread():
+        handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        reported = None
+        while (reason := _unusable(cert, key)) is not None:
+            if reason != reported:
+                log.warning("waiting for the TLS certificate (--wait-for-certs): %s; checking every %g s",
+                            reason, poll_seconds)
+                reported = reason
+            if stop.wait(poll_seconds):
+                log.info("stopped while waiting for the TLS certificate")
+                return False
+        if reported is not None:
+            log.info("the TLS certificate %s is there", cert)
+        return True
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -90,12 +91,24 @@ def _new_ca(days: int) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     return ca_key, ca
 
 
-def generate(folder: Path, names: list[str], days: int = 365, common_name: str | None = None,
-             ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None) -> CertPaths:
-    """Create a serving certificate for ``names`` (DNS names or IPs) under ``folder``, signed by ``ca``
-    (key, certificate) or by a new CA written next to it."""
-    folder.mkdir(parents=True, exist_ok=True)
-    paths = CertPaths(folder)
+@dataclass(frozen=True)
+class Issued:
+    """A serving pair and its CA as PEM bytes; ``ca_key`` is None when an existing CA signed it."""
+
+    ca_cert: bytes
+    ca_key: bytes | None
+    cert: bytes
+    key: bytes
+
+
+_PEM = serialization.Encoding.PEM
+_KEY_FORMAT = (_PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+
+
+def issue(names: list[str], days: int = 365, common_name: str | None = None,
+          ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None) -> Issued:
+    """A serving certificate for ``names`` (DNS names or IPs), in memory, signed by ``ca`` (key,
+    certificate) or by a new CA of the same lifetime."""
     now = _now()
     new_ca = ca is None
     ca_key, ca_cert = _new_ca(days) if ca is None else ca
@@ -116,35 +129,56 @@ def generate(folder: Path, names: list[str], days: int = 365, common_name: str |
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
-    pem = serialization.Encoding.PEM
-    key_fmt = (pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    if new_ca:
-        _write(paths.ca_key, ca_key.private_bytes(*key_fmt), private=True)
-        _write(paths.ca_cert, ca_cert.public_bytes(pem), private=False)
-    _write(paths.key, key.private_bytes(*key_fmt), private=True)
-    _write(paths.cert, leaf.public_bytes(pem), private=False)
+    return Issued(ca_cert=ca_cert.public_bytes(_PEM), ca_key=ca_key.private_bytes(*_KEY_FORMAT) if new_ca else None,
+                  cert=leaf.public_bytes(_PEM), key=key.private_bytes(*_KEY_FORMAT))
+
+
+def generate(folder: Path, names: list[str], days: int = 365, common_name: str | None = None,
+             ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None) -> CertPaths:
+    """Create a serving certificate for ``names`` (DNS names or IPs) under ``folder``, signed by ``ca``
+    (key, certificate) or by a new CA written next to it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = CertPaths(folder)
+    pair = issue(names, days=days, common_name=common_name, ca=ca)
+    if pair.ca_key is not None:
+        _write(paths.ca_key, pair.ca_key, private=True)
+        _write(paths.ca_cert, pair.ca_cert, private=False)
+    _write(paths.key, pair.key, private=True)
+    _write(paths.cert, pair.cert, private=False)
     return paths
 
 
+def pair_problem(cert_pem: bytes, key_pem: bytes, ca_pem: bytes, names: list[str],
+                 renew_before: dt.timedelta = RENEW_BEFORE) -> str | None:
+    """Why the serving pair cannot be kept, or None when it can: it parses, the key matches, ``ca_pem``
+    issued it, it covers ``names`` and has more than ``renew_before`` left."""
+    try:
+        leaf = check_pair(cert_pem, key_pem)
+    except CertsError as exc:
+        return str(exc)
+    try:
+        ca = x509.load_pem_x509_certificate(ca_pem)
+    except ValueError:
+        return "the CA certificate does not parse"
+    try:
+        leaf.verify_directly_issued_by(ca)
+    except (ValueError, TypeError, InvalidSignature):
+        return "the certificate was not issued by the CA certificate next to it"
+    if leaf.not_valid_after_utc - renew_before < _now():
+        return f"the certificate expires on {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC, within {renew_before.days} days"
+    missing = [n for n in names if n not in san_names_of(leaf)]
+    if missing:
+        return f"the certificate does not name {', '.join(missing)}"
+    return None
+
+
 def valid_pair(paths: CertPaths, names: list[str]) -> bool:
-    """True when the certificate and key exist, parse, match, cover ``names`` and are not near expiry."""
+    """True when the certificate, key and CA exist and ``pair_problem`` finds nothing wrong."""
     try:
-        cert = x509.load_pem_x509_certificate(paths.cert.read_bytes())
-        key = serialization.load_pem_private_key(paths.key.read_bytes(), password=None)
-        x509.load_pem_x509_certificate(paths.ca_cert.read_bytes())
-    except (OSError, ValueError, TypeError):
+        files = paths.cert.read_bytes(), paths.key.read_bytes(), paths.ca_cert.read_bytes()
+    except OSError:
         return False
-    if cert.public_key().public_numbers() != key.public_key().public_numbers():  # type: ignore[union-attr]
-        return False
-    if cert.not_valid_after_utc - RENEW_BEFORE < _now():
-        return False
-    try:
-        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
-    except x509.ExtensionNotFound:
-        return False
-    have = {str(v) for v in san.get_values_for_type(x509.DNSName)}
-    have |= {str(v) for v in san.get_values_for_type(x509.IPAddress)}
-    return set(names) <= have
+    return pair_problem(*files, names) is None
 
 
 def ensure_localhost(folder: Path) -> tuple[CertPaths, bool]:
@@ -168,7 +202,10 @@ def service_names(service: str, namespace: str) -> list[str]:
 
 def san_names(path: Path) -> list[str]:
     """The DNS and IP SANs of the certificate at ``path`` (empty when it has none)."""
-    cert = x509.load_pem_x509_certificate(path.read_bytes())
+    return san_names_of(x509.load_pem_x509_certificate(path.read_bytes()))
+
+
+def san_names_of(cert: x509.Certificate) -> list[str]:
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:

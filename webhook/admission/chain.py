@@ -3,7 +3,9 @@
 A rule is a module with ``NAME``, ``handles(request) -> bool`` and ``admit(ctx: MutatingContext)`` (mutating) or
 ``validate(ctx: ValidatingContext)`` (validating), returning a ``Denial`` to stop or None to go on. A mutating rule
 changes the pod only through ``ctx.patch`` and tells later rules what it found through ``ctx.facts``; no rule
-imports another. Both kinds add warnings and audit annotations through the context.
+imports another. Both kinds add warnings and audit annotations through the context. A mutating rule that changes
+what an earlier rule reads calls ``ctx.rerun``: the chain then runs once more on the result, so that a
+reinvocation on its answer finds nothing left to do.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class ValidatingRule(Protocol):
 
 MUTATING: tuple[MutatingRule, ...] = (colocation_profile, priority, batch_resources)
 VALIDATING: tuple[ValidatingRule, ...] = (batch_mixing, batch_units, koordinator_rules, quota_presence)
+MAX_PASSES = 3  # a rerun is asked for once per pod (a label set where none was); the bound is a guard
 
 C = TypeVar("C", bound=_Context)
 
@@ -95,9 +98,20 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
     # came (the final no-op check compares against it); no deep copy of the pod.
     patch = PatchBuilder(obj)
     ctx = MutatingContext(request, state, settings, patch.doc, request.oldObject, explain, patch=patch)
-    denial = _run([(r.NAME, r.admit) for r in active], ctx)
-    if denial is not None:
-        return denial
+    steps = [(r.NAME, r.admit) for r in active]
+    for n in range(1, MAX_PASSES + 1):
+        earlier = dict(ctx.audit_annotations)
+        ctx.rerun_reason = None
+        denial = _run(steps, ctx)
+        if denial is not None:
+            return denial
+        for key, value in earlier.items():  # a later pass adds to what a rule said before, never replaces it
+            now = ctx.audit_annotations.get(key)
+            if now != value:
+                ctx.audit_annotations[key] = f"{value}; {now}" if now else value
+        if ctx.rerun_reason is None or n == MAX_PASSES:
+            break
+        ctx.note("chain", f"pass {n + 1}: {ctx.rerun_reason}")
     # Ops of different rules can cancel out (a profile's patch adds cpu, batch-resources removes it); a
     # patch that leaves the object as it was is no patch, so a reinvocation stays a no-op. pod == obj
     # first: copy on write shares every untouched subtree, so it is the cheap test. _may_cancel keeps a

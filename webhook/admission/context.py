@@ -33,6 +33,9 @@ class MutatingFacts:
     priority: int | None = None                 # spec.priority once the priority rule resolved it
     matched_profiles: list[str] = field(default_factory=list)  # ClusterColocationProfiles applied, in order
     skip_update_resources: bool = False         # a matched profile turns the batch conversion off
+    # (field, index) of the containers (("overhead", 0) for spec.overhead) the batch conversion converted,
+    # kept across passes: what a later pass sees there is no longer what the user wrote.
+    converted: set[tuple[str, int]] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -79,6 +82,12 @@ class _Context:
 class MutatingContext(_Context):
     patch: PatchBuilder = field(kw_only=True)   # the working pod is ``patch.doc``
     facts: MutatingFacts = field(default_factory=MutatingFacts)
+    rerun_reason: str | None = None             # set by ``rerun`` during a pass
+
+    def rerun(self, reason: str) -> None:
+        """Run the mutating chain once more after this pass: ``reason`` changed what an earlier rule reads (a
+        label a profile may select on), and the answer must be its own fixpoint under reinvocation."""
+        self.rerun_reason = reason
 
 
 @dataclass(slots=True)

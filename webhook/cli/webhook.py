@@ -53,7 +53,7 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook.admission.app import create_server
-    from webhook.certwatch import CertWatcher, WatchingServer
+    from webhook.certwatch import CertWatcher, WatchingServer, wait_for_pair
     from webhook.tls import ensure_localhost
 
     setup_logging(args.log_format)
@@ -61,10 +61,14 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError("--tls-cert-file and --tls-private-key-file go together")
     if args.cluster_state is not None and args.kubeconfig:
         raise UsageError("--kubeconfig and --cluster-state are alternatives; give one")
+    if args.wait_for_certs and not args.tls_cert_file:
+        raise UsageError("--wait-for-certs needs --tls-cert-file and --tls-private-key-file")
     settings = _settings(args.quota_config)
     state, source = _state(args.cluster_state, args.kubeconfig, watch=True)
     if args.tls_cert_file:
         cert, key = Path(args.tls_cert_file), Path(args.tls_private_key_file)
+        if args.wait_for_certs and not wait_for_pair(cert, key):
+            return 0
         for flag, p in (("--tls-cert-file", cert), ("--tls-private-key-file", key)):
             if not p.is_file():
                 raise UsageError(f"{flag}: {p} does not exist")
@@ -222,6 +226,28 @@ def certs_ca_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
+def certs_bootstrap(args: argparse.Namespace) -> int:
+    """In-cluster (the install's Job): exit 0 done, 1 an API request failed (the Job retries), 2 unusable input."""
+    from webhook.certbootstrap import BootstrapError, BootstrapInputError, Target, bootstrap
+    from webhook.cluster.live import _client_configuration
+
+    setup_logging(args.log_format)
+    target = Target(namespace=args.namespace, service=args.service, secret_name=args.secret_name,
+                    mutating=args.mutating_webhook_configuration, validating=args.validating_webhook_configuration,
+                    days=args.days)
+    try:
+        from kubernetes import client
+
+        api_client = client.ApiClient(_client_configuration(args.kubeconfig))
+        bootstrap(api_client, target)
+    except (BootstrapInputError, LiveSourceError) as exc:
+        raise UsageError(str(exc)) from None
+    except BootstrapError as exc:
+        log.error("%s", exc)
+        return EXIT_DENIED
+    return 0
+
+
 # -- entry point ----------------------------------------------------------------------------
 DESCRIPTION = """colocation-webhook: the admission webhook for colocated clusters.
 
@@ -241,6 +267,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-cert-file", metavar="F",
                    help="serving certificate (PEM); with no TLS flags a localhost pair is made under ./certs/")
     s.add_argument("--tls-private-key-file", metavar="F", help="its private key (PEM); goes with --tls-cert-file")
+    s.add_argument("--wait-for-certs", action="store_true",
+                   help="wait until the TLS files exist and are a usable pair (a Secret created after the pod "
+                        "starts) instead of exiting with code 2")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--kubeconfig", metavar="F",
                      help="list+watch a cluster with this kubeconfig (default: in-cluster config when "
@@ -276,7 +305,7 @@ def parser() -> argparse.ArgumentParser:
                                     "pair already there is kept; one for other names is refused (exit 2) unless "
                                     "--force.")
     g.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
-    g.add_argument("--namespace", required=True, help="its namespace (manifests: koordinator-system)")
+    g.add_argument("--namespace", required=True, help="its namespace (manifests: colocation-system)")
     g.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to write")
     g.add_argument("--days", type=int, default=365, help="validity in days")
     g.add_argument("--force", action="store_true", help="replace a valid pair (the CA is kept while it is good)")
@@ -286,6 +315,20 @@ def parser() -> argparse.ArgumentParser:
                         description="Print the base64 CA certificate for a webhook configuration's caBundle.")
     b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read")
     b.set_defaults(func=certs_ca_bundle)
+    bs = csub.add_parser("bootstrap", help="in the cluster: create the serving Secret when missing or unusable "
+                         "and put its CA into the webhook configurations (the install's Job)",
+                         description="Create the serving Secret when it is missing or unusable and put its CA into "
+                                     "the webhook configurations' caBundle; running it again changes nothing. Exit 0 "
+                                     "when done, 1 when an API request failed (a Job retries), 2 on unusable input.")
+    bs.add_argument("--namespace", required=True, help="the namespace of the Service and the Secret")
+    bs.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
+    bs.add_argument("--secret-name", required=True, help="the kubernetes.io/tls Secret the webhook mounts")
+    bs.add_argument("--mutating-webhook-configuration", metavar="NAME", help="give every webhook of it the CA")
+    bs.add_argument("--validating-webhook-configuration", metavar="NAME", help="give every webhook of it the CA")
+    bs.add_argument("--days", type=int, default=3650, help="validity of a new CA and certificate in days")
+    bs.add_argument("--kubeconfig", metavar="F", help="the cluster (default: the in-cluster ServiceAccount)")
+    bs.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
+    bs.set_defaults(func=certs_bootstrap)
     return p
 
 

@@ -29,7 +29,8 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from webhook.cluster.sources import LiveSourceError
-from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Kind
+from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Key, Kind, object_key
+from webhook.cluster.strict import CUSTOM_KINDS, check
 
 __all__ = ["KindStatus", "LiveSource", "LiveSourceError"]
 
@@ -153,6 +154,10 @@ class _Reflector:
         self.field_selector = field_selector
         self.namespace = namespace
         self.name = name  # keep only this object (the one ConfigMap), even if the server sends more
+        # The apiserver enforces the built-in kinds' schemas; a CRD may preserve unknown fields, so those
+        # objects are checked here and kept marked invalid (the rules fail closed on them).
+        self.checked = kind.kind in CUSTOM_KINDS
+        self.rejected: dict[Key, str] = {}  # reported once per object and reason
         self.status = KindStatus()
         self.call = _list_function(source.api_client, kind, namespace)
         self._active: urllib3.HTTPResponse | None = None
@@ -264,7 +269,10 @@ class _Reflector:
         rv = str(meta.get("resourceVersion") or "")
         self._recovered()
         kept = [self._fill(o) for o in items if self._wanted(o)]
-        self.source.state.replace(self.kind.kind, kept)
+        invalid = {object_key(o): why for o in kept if (why := self._check(o)) is not None}
+        for key in set(self.rejected) - {object_key(o) for o in kept}:
+            del self.rejected[key]  # gone from the cluster
+        self.source.state.replace(self.kind.kind, kept, invalid)
         self.status.lists += 1
         self.status.resource_version = rv
         if not self.status.synced:
@@ -283,6 +291,21 @@ class _Reflector:
 
     def _wanted(self, obj: dict[str, Any]) -> bool:
         return self.name is None or (obj.get("metadata") or {}).get("name") == self.name
+
+    def _check(self, obj: dict[str, Any]) -> str | None:
+        """Why ``obj`` must not be used (unknown fields), logged once per object and reason; None if fine."""
+        if not self.checked:
+            return None
+        why = check(obj)
+        key = object_key(obj)
+        if why != self.rejected.get(key):
+            if why is not None:
+                log.warning("%s %s: %s; not applied until it is fixed", self.label, key[1], why)
+                self.rejected[key] = why
+            else:
+                log.info("%s %s: fixed, applied again", self.label, key[1])
+                del self.rejected[key]
+        return why
 
     # -- watch ----------------------------------------------------------------------------
     def _watch(self, rv: str) -> tuple[str, int]:
@@ -316,9 +339,11 @@ class _Reflector:
                     raise _APIError(message)
                 if etype in ("ADDED", "MODIFIED"):
                     if self._wanted(obj):
-                        state.upsert(kind, self._fill(obj))
+                        obj = self._fill(obj)
+                        state.upsert(kind, obj, self._check(obj))
                 elif etype == "DELETED":
                     state.delete(kind, obj)
+                    self.rejected.pop(object_key(obj), None)
                 new_rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if new_rv:
                     rv = new_rv

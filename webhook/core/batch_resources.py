@@ -30,7 +30,10 @@ from webhook.core.resources import (
     MEMORY,
     MID_CPU,
     MID_MEMORY,
+    asks,
     iter_containers,
+    resource_lists,
+    shown,
 )
 from webhook.core.strategic_merge import clone
 
@@ -110,7 +113,8 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
     (each as ``prefix`` + name).
 
     The converted key takes the native key's place (an existing extended value is overwritten,
-    as Koordinator does). An unparsable quantity is left alone for the validating rules to report.
+    as Koordinator does; ``convert_pod`` does not convert a list that asks for one). An unparsable
+    quantity is left alone (the rules deny such a pod before converting: ``resources.quantity_errors``).
     The result shares no map or list with ``values`` (a malformed value is copied), so a patch op
     may hold it as it is.
     """
@@ -195,23 +199,83 @@ def _convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) 
     return out, done
 
 
-def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str) -> list[tuple[tuple[str | int, ...], Any, list[str]]]:
-    """(path under the pod, new value, what changed) for every container resources and the overhead
-    that change; an empty list when nothing does."""
-    changes: list[tuple[tuple[str | int, ...], Any, list[str]]] = []
+Path = tuple[str | int, ...]
+
+
+def convert_pod(spec: dict[str, Any], cpu_name: str,
+                mem_name: str) -> tuple[list[tuple[Path, Any, list[str]]], list[tuple[Path, str, Any]]]:
+    """(changes, skipped). A change is (path under the pod, new value, what changed) for every
+    container resources and the overhead that change. A container (or the overhead) is not converted
+    at all when a conversion would write over a value it already asks for with another one (its
+    ``batch-cpu: 500`` next to ``cpu: 2``): the user's value would be lost, and the validating
+    no-mixing rule reports the mix instead. skipped lists (path, that name, its value)."""
+    changes: list[tuple[Path, Any, list[str]]] = []
+    skipped: list[tuple[Path, str, Any]] = []
     for field, i, c in iter_containers(spec):
         resources = c.get("resources")
         if not isinstance(resources, dict):
             continue
+        path: Path = ("spec", field, i, "resources")
+        clash = None
+        for kind in ("requests", "limits"):
+            values = resources.get(kind)
+            if clash is None and isinstance(values, dict):
+                clash = _clash(values, cpu_name, mem_name)
+        if clash is not None:
+            skipped.append((path, *clash))
+            continue
         new, done = convert_resources(resources, cpu_name, mem_name)
         if done:
-            changes.append((("spec", field, i, "resources"), new, done))
+            changes.append((path, new, done))
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
-        new, done = convert_list(overhead, cpu_name, mem_name, "overhead.")
-        if done:
-            changes.append((("spec", "overhead"), new, done))
-    return changes
+        clash = _clash(overhead, cpu_name, mem_name)
+        if clash is not None:
+            skipped.append((("spec", "overhead"), *clash))
+        else:
+            new, done = convert_list(overhead, cpu_name, mem_name, "overhead.")
+            if done:
+                changes.append((("spec", "overhead"), new, done))
+    return changes, skipped
+
+
+def _clash(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[str, Any] | None:
+    """(name, value) of an extended value in ``values`` that converting its native key would replace
+    with a different one, else None. An extended value of 0 asks for nothing, so it may go; the same
+    value (our own earlier output, a profile's patch written again on reinvocation) is no loss."""
+    for native, target, convert in ((CPU, cpu_name, to_milli_cores), (MEMORY, mem_name, to_bytes)):
+        if native not in values or target not in values or not asks(values[target]):
+            continue
+        try:
+            same = parse_quantity(values[target]) == convert(parse_quantity(values[native]))
+        except QuantityError:  # denied before any conversion (resources.quantity_errors)
+            same = False
+        if not same:
+            return target, values[target]
+    return None
+
+
+def cpu_notes(spec: dict[str, Any], converted: set[tuple[str, int]], cpu_name: str) -> list[str]:
+    """What a conversion makes of a cpu that reads oddly, for the owners in ``converted`` ((field,
+    index) of a ``resources.resource_lists`` entry): a memory unit (``100Mi`` is 104857600 cores) or a
+    fraction of a milli-core (``0.5m``, rounded up to 1 as the kubelet does)."""
+    notes: list[str] = []
+    short = cpu_name.rsplit("/", 1)[-1]
+    for owner, field, index, kind, values in resource_lists(spec):
+        if (field, index) not in converted or CPU not in values:
+            continue
+        raw = values[CPU]
+        try:
+            q = parse_quantity(raw)
+        except QuantityError:
+            continue
+        milli = to_milli_cores(q)
+        where = f"{owner}: {'cpu' if field == 'overhead' else kind + '.cpu'}"
+        if isinstance(raw, str) and raw[-2:] in _BINARY_SUFFIXES:
+            notes.append(f'{where} "{raw}" is in memory units: {short} {milli} ({format_decimal_si(q)} cores)')
+        elif milli != q * 1000:
+            notes.append(f'{where} "{shown(raw)}" is not whole milli-cores: {short} {milli} (rounded up)')
+    return notes
 
 
 def extended_resource_spec(spec: dict[str, Any]) -> dict[str, Any]:

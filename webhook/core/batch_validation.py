@@ -1,4 +1,4 @@
-"""Checks on how a pod writes batch resources (the validating batch rules; pure, no I/O).
+"""Checks on how a pod writes batch resources (the batch rules of both chains; pure, no I/O).
 
 Seed 003: a pod must not ask for batch resources and native cpu/memory together, batch-cpu counts
 milli-cores as a whole number ("1k" is one core) and batch-memory whole bytes.
@@ -17,8 +17,10 @@ from webhook.core.resources import (
     BATCH_RESOURCES,
     NATIVE_RESOURCES,
     ResourceList,
+    asks,
     resource_list_path,
     resource_lists,
+    shown,
 )
 
 MIXING_ADVICE = ("a pod uses either batch resources (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) "
@@ -32,22 +34,6 @@ SMALL_BATCH_CPU = 100  # below a tenth of a core: almost certainly meant as core
 _ABSENT = object()
 
 
-def _asks_uncached(raw: object) -> bool:
-    """A quantity above zero asks for the resource; an unparsable one counts (reported elsewhere)."""
-    try:
-        return parse_quantity(raw) > 0
-    except QuantityError:
-        return True
-
-
-# Pods repeat the same few quantity texts. One argument, a str: the cache key is the text itself.
-_asks_cached = lru_cache(maxsize=4096)(_asks_uncached)
-
-
-def _asks(raw: object) -> bool:
-    return _asks_cached(raw) if cacheable(raw) else _asks_uncached(raw)
-
-
 def mixing_error(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> str | None:
     """The denial text when ``spec`` asks for batch and native cpu/memory together, else None.
     ``lists``: ``resource_lists(spec)`` when the caller has it already."""
@@ -56,7 +42,7 @@ def mixing_error(spec: dict[str, Any], lists: list[ResourceList] | None = None) 
     for owner, _, _, _, values in resource_lists(spec) if lists is None else lists:
         for name, raw in values.items():
             bucket = batch if name in BATCH_RESOURCES else native if name in NATIVE_RESOURCES else None
-            if bucket is not None and _asks(raw):
+            if bucket is not None and asks(raw):
                 names = bucket.setdefault(owner, [])
                 if name not in names:
                     names.append(name)
@@ -70,62 +56,73 @@ def mixing_error(spec: dict[str, Any], lists: list[ResourceList] | None = None) 
     return f"{b_owner} asks for {b_names[0]} and {n_owner} asks for {n_names[0]}: {MIXING_ADVICE}"
 
 
-def _shown(raw: object) -> str:
-    return raw if isinstance(raw, str) else str(raw)
-
-
-def _batch_quantity_uncached(name: str, raw: object) -> tuple[str | None, Decimal | None, str | None]:
-    """(what is wrong or None, the value, the small-batch-cpu warning after its owner or None)."""
+def _batch_quantity_uncached(name: str, raw: object) -> tuple[str | None, Decimal | None]:
+    """(what is wrong or None, the value; None for a text that is no quantity, which
+    ``resources.quantity_errors`` reports)."""
     try:
         q = parse_quantity(raw)
-    except QuantityError as exc:
-        return str(exc), None, None
+    except QuantityError:
+        return None, None
     if q < 0:
-        return NEGATIVE, None, None
+        return NEGATIVE, None
     if not is_whole(q):
-        return (BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE), None, None
-    small = None
-    if name == BATCH_CPU and 0 < q < SMALL_BATCH_CPU:
-        small = f'batch-cpu "{_shown(raw)}" is {int(q)} milli-cores, under a tenth of a core; did you mean {int(q)}k?'
-    return None, q, small
+        return (BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE), None
+    return None, q
 
 
-# One cache per resource name, so the key is the quantity text itself (see _asks_cached).
+# One cache per resource name, so the key is the quantity text itself (see resources.asks).
 _BATCH_QUANTITY_CACHED = {name: lru_cache(maxsize=4096)(partial(_batch_quantity_uncached, name))
                           for name in BATCH_RESOURCES}
 
 
-def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> tuple[list[str], list[str]]:
-    """(errors, warnings) for the batch-cpu and batch-memory quantities of ``spec``.
+def small_batch_cpu_warnings(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> list[str]:
+    """A warning per owner whose batch-cpu is above 0 and under 100 milli-cores: "2" is usually
+    meant as 2 cores. Stated as a fact, not a guess: a conversion of ``cpu: 50m`` writes "50" too."""
+    warnings: list[str] = []
+    for owner, _, _, _, values in resource_lists(spec) if lists is None else lists:
+        raw = values.get(BATCH_CPU, _ABSENT)
+        if raw is _ABSENT:
+            continue
+        try:
+            q = parse_quantity(raw)
+        except QuantityError:
+            continue
+        if 0 < q < SMALL_BATCH_CPU and is_whole(q):
+            n = int(q)
+            text = (f'{owner}: batch-cpu "{shown(raw)}" is {n} milli-core{"s" if n > 1 else ""}, '
+                    f'under a tenth of a core; for {n} core{"s" if n > 1 else ""} write {n}k')
+            if text not in warnings:  # requests and limits usually say the same
+                warnings.append(text)
+    return warnings
 
-    Errors are upstream ``field.Error`` texts with the field path; warnings stay under 120 chars.
+
+def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> list[str]:
+    """Upstream ``field.Error`` texts, with the field path, for the batch-cpu and batch-memory
+    quantities of ``spec``: not whole, negative, or a request above its limit.
     ``lists``: ``resource_lists(spec)`` when the caller has it already.
     """
     errors: list[str] = []
-    warnings: list[str] = []
     # (field, index, name) -> (raw, value), per kind: one entry per resources block and batch resource
     requests: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
     limits: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
-    for owner, field, index, kind, values in resource_lists(spec) if lists is None else lists:
+    for _, field, index, kind, values in resource_lists(spec) if lists is None else lists:
         for name in BATCH_RESOURCES:
             raw = values.get(name, _ABSENT)
             if raw is _ABSENT:
                 continue
             if cacheable(raw):
-                problem, q, small = _BATCH_QUANTITY_CACHED[name](raw)
+                problem, q = _BATCH_QUANTITY_CACHED[name](raw)
             else:
-                problem, q, small = _batch_quantity_uncached(name, raw)
+                problem, q = _batch_quantity_uncached(name, raw)
             if problem is not None:
-                errors.append(invalid(f"{resource_list_path(field, index, kind)}[{name}]", _shown(raw), problem))
+                errors.append(invalid(f"{resource_list_path(field, index, kind)}[{name}]", shown(raw), problem))
                 continue
-            if small is not None:
-                text = f"{owner}: {small}"
-                if text not in warnings:  # requests and limits usually say the same
-                    warnings.append(text)
+            if q is None:
+                continue
             if kind == "requests":
-                requests[(field, index, name)] = (raw, q)  # type: ignore[assignment]
+                requests[(field, index, name)] = (raw, q)
             elif kind == "limits":
-                limits[(field, index, name)] = (raw, q)  # type: ignore[assignment]
+                limits[(field, index, name)] = (raw, q)
     # A request may not exceed its limit. kubernetes.io/batch-* are prefixed native resources, which
     # the apiserver lets a pod overcommit (request <= limit, upstream's text, kubernetes.md §5.3), and
     # Koordinator's own conversion of a Burstable pod (500m/1 -> 500/1000) relies on it: demanding
@@ -133,6 +130,6 @@ def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None)
     for (field, index, name), (raw, q) in requests.items():
         limit = limits.get((field, index, name))
         if limit is not None and q > limit[1]:
-            errors.append(invalid(resource_list_path(field, index, "requests"), _shown(raw),
-                                  f"must be less than or equal to {name} limit of {_shown(limit[0])}"))
-    return errors, warnings
+            errors.append(invalid(resource_list_path(field, index, "requests"), shown(raw),
+                                  f"must be less than or equal to {name} limit of {shown(limit[0])}"))
+    return errors

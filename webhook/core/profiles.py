@@ -348,8 +348,12 @@ class NamespaceProfiles:
 class ProfileSet:
     """Every profile of one cluster-state generation, compiled once, with per-namespace views."""
 
-    def __init__(self, objects: list[dict[str, Any]]) -> None:
+    def __init__(self, objects: list[dict[str, Any]], invalid: Mapping[str, str] | None = None) -> None:
+        """``invalid``: profile name -> why its source rejected it (an unknown field); such a profile never applies."""
         self.profiles = [compile_profile(o) for o in objects]
+        for p in self.profiles:
+            if invalid and p.name in invalid:
+                p.error = invalid[p.name]
         self._views: dict[str, NamespaceProfiles] = {}
 
     def for_namespace(self, namespace: str, ns_labels: Mapping[str, str]) -> NamespaceProfiles:

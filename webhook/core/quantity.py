@@ -46,13 +46,15 @@ def cacheable(raw: object) -> bool:
 
 
 def parse_quantity(text: object) -> Decimal:
-    """Parse a quantity as the apiserver would (a JSON number is accepted like its string form)."""
+    """Parse a quantity as the apiserver would (a JSON number is accepted like its JSON text)."""
     if isinstance(text, str):
         return _parse(text) if len(text) <= CACHEABLE_LENGTH else _parse.__wrapped__(text)
     if isinstance(text, int) and not isinstance(text, bool):
         return _parse(str(text))
-    if isinstance(text, float) and text.is_integer():
-        return _parse(str(int(text)))
+    if isinstance(text, float):
+        # Go parses the number's JSON text (`cpu: 0.5` in YAML is 0.5); repr gives the shortest
+        # text of the same value. NaN and infinities print as words and fail the grammar.
+        return _parse(str(int(text)) if text.is_integer() else repr(text))
     raise QuantityError(ERR_FORMAT)
 
 

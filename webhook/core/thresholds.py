@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import math
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
@@ -34,7 +35,27 @@ DEFAULT_PRESSURE_TRANSITION_PERIOD = 300.0  # kubelet default 5m
 
 
 class ThresholdError(ValueError):
-    """A threshold flag the kubelet would refuse; the message is the kubelet's."""
+    """A threshold flag the kubelet would refuse; the message is the kubelet's.
+
+    ``flag`` is the flag whose value is wrong, where the kubelet's text does not name it itself (the CLI
+    prefixes it: ``--eviction-hard: quantities must match ...``); pflag's texts already name their flag.
+    """
+
+    def __init__(self, message: str, flag: str | None = None) -> None:
+        super().__init__(message)
+        self.flag = flag
+
+    def with_flag(self) -> str:
+        return f"{self.flag}: {self}" if self.flag else str(self)
+
+
+@contextmanager
+def _flag(name: str) -> Iterator[None]:
+    """Errors raised inside are about the value of flag ``name``."""
+    try:
+        yield
+    except ThresholdError as exc:
+        raise ThresholdError(str(exc), name) from None
 
 
 def _f32(x: float) -> float:
@@ -174,23 +195,28 @@ def parse_thresholds(hard: str | None = None, soft: str | None = None, soft_grac
     soft_map = _pairs("--eviction-soft", soft, "<")
     grace_map = _pairs("--eviction-soft-grace-period", soft_grace_period, "=")
     reclaim_map = _pairs("--eviction-minimum-reclaim", minimum_reclaim, "=")
-    hard_values = {s: v for s, v in ((s, _statement(s, raw)) for s, raw in sorted(hard_map.items())) if v}
-    soft_values = {s: v for s, v in ((s, _statement(s, raw)) for s, raw in sorted(soft_map.items())) if v}
+    with _flag("--eviction-hard"):
+        hard_values = {s: v for s, v in ((s, _statement(s, raw)) for s, raw in sorted(hard_map.items())) if v}
+    with _flag("--eviction-soft"):
+        soft_values = {s: v for s, v in ((s, _statement(s, raw)) for s, raw in sorted(soft_map.items())) if v}
     graces: dict[str, float] = {}
-    for signal, raw in sorted(grace_map.items()):
-        _check_signal(signal)
-        try:
-            period = parse_duration(raw)
-        except DurationError as exc:
-            raise ThresholdError(str(exc)) from None
-        if period < 0:
-            raise ThresholdError(f"invalid eviction grace period specified: {raw}, must be a positive value")
-        graces[signal] = period
-    reclaims = {s: _min_reclaim(s, raw) for s, raw in sorted(reclaim_map.items())}
+    with _flag("--eviction-soft-grace-period"):
+        for signal, raw in sorted(grace_map.items()):
+            _check_signal(signal)
+            try:
+                period = parse_duration(raw)
+            except DurationError as exc:
+                raise ThresholdError(str(exc)) from None
+            if period < 0:
+                raise ThresholdError(f"invalid eviction grace period specified: {raw}, must be a positive value")
+            graces[signal] = period
+    with _flag("--eviction-minimum-reclaim"):
+        reclaims = {s: _min_reclaim(s, raw) for s, raw in sorted(reclaim_map.items())}
     out = [Threshold(s, v, 0.0, reclaims.get(s)) for s, v in hard_values.items()]
     for signal, value in soft_values.items():
         if signal not in graces:
-            raise ThresholdError(f"grace period must be specified for the soft eviction threshold {signal}")
+            raise ThresholdError(f"grace period must be specified for the soft eviction threshold {signal}",
+                                 "--eviction-soft-grace-period")
         out.append(Threshold(signal, value, graces[signal], reclaims.get(signal)))
     return out
 

@@ -1,8 +1,8 @@
 """No mixing: a pod asks either for batch resources or for native cpu/memory, never both.
 
 Containers, init containers and ``spec.overhead`` all count (``core.batch_validation.mixing_error``). As the
-first validating rule it also answers 400 for a pod whose outline is malformed, so the rules after
-it can trust the shape.
+first validating rule it also answers 400 for a pod whose outline is malformed or that holds a value
+that is no quantity (what the apiserver's decoder refuses), so the rules after it can trust both.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ from webhook.admission.context import ValidatingContext
 from webhook.admission.response import Denial, bad_request, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.batch_validation import mixing_error
-from webhook.core.resources import pod_shape_error
+from webhook.core.fielderrors import aggregate
+from webhook.core.resources import pod_shape_error, quantity_errors
 
 NAME = "batch-mixing"
 
@@ -28,7 +29,11 @@ def validate(ctx: ValidatingContext) -> Denial | None:
     if shape is not None:
         return bad_request(shape)
     spec = ctx.pod["spec"]
-    message = mixing_error(spec, ctx.resource_lists)
+    lists = ctx.resource_lists
+    bad = quantity_errors(spec, lists)
+    if bad:
+        return bad_request(aggregate(bad))
+    message = mixing_error(spec, lists)
     if message is not None:
         return denied(message)
     ctx.note(NAME, "containers, init containers and overhead: batch and native cpu/memory not mixed")

@@ -2,24 +2,45 @@
 a koord-mid (7000-7999) pod for mid-cpu/mid-memory (koordinator.md §2.5), whether or not a profile
 matched, unless a matched profile carries ``config.koordinator.sh/skip-update-resources``. Then the
 ``node.koordinator.sh/extended-resource-spec`` annotation is written as Koordinator does (§2.6).
+
+Where we add to Koordinator: a pod holding a value that is no quantity is denied before anything
+is converted; a container whose value of the band's resources a conversion would overwrite with
+another one is left as it is; a converted koord-batch pod that states no QoS class gets
+``koordinator.sh/qosClass: BE``, without which Koordinator's own rule denies it; odd cpu values
+(memory units, fractions of a milli-core) and a batch-cpu under 100 get a warning.
 """
 
 from __future__ import annotations
 
 from webhook.admission.context import MutatingContext
-from webhook.admission.response import Denial
+from webhook.admission.response import Denial, bad_request
 from webhook.admission.review import AdmissionRequest
 from webhook.core.batch_resources import (
     EXTENDED_RESOURCE_SPEC,
     convert_pod,
+    cpu_notes,
     encode_extended_resource_spec,
     extended_resource_spec,
     same_extended_resource_spec,
     targets_for,
 )
+from webhook.core.batch_validation import small_batch_cpu_warnings
+from webhook.core.fielderrors import aggregate
 from webhook.core.priority import band_of
-from webhook.core.qos import koord_qos_class
-from webhook.core.resources import CPU, MEMORY, iter_containers
+from webhook.core.qos import (
+    BAND_QOS_CLASS,
+    QOS_LABEL,
+    koord_qos_class,
+    states_qos_class,
+)
+from webhook.core.resources import (
+    CPU,
+    MEMORY,
+    iter_containers,
+    quantity_errors,
+    resource_lists,
+    shown,
+)
 
 NAME = "batch-resources"
 
@@ -32,6 +53,18 @@ def admit(ctx: MutatingContext) -> Denial | None:
     spec = ctx.pod.get("spec")
     if not isinstance(spec, dict):
         return None
+    lists = resource_lists(spec)
+    bad = quantity_errors(spec, lists)
+    if bad:  # converting the rest would hand back a half-converted pod the validating rules misread
+        message = aggregate(bad)
+        ctx.note(NAME, f"denied: {message}")
+        return bad_request(message)
+    # What the user wrote: a container asking for batch-cpu is never converted below, and the
+    # owners an earlier pass converted are left out.
+    converted = ctx.facts.converted
+    for text in small_batch_cpu_warnings(spec, [e for e in lists if (e[1], e[2]) not in converted]):
+        ctx.warn(text)
+        ctx.note(NAME, f"warning: {text}")
     priority = ctx.facts.priority if ctx.facts.priority is not None else spec.get("priority")
     targets = targets_for(priority)
     qos = koord_qos_class(ctx.pod)  # the label, or the legacy alibabacloud.com/qosClass annotation
@@ -62,12 +95,22 @@ def _asks_native(spec: dict) -> bool:  # type: ignore[type-arg]
 
 
 def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None:  # type: ignore[no-untyped-def, type-arg]
-    changes = convert_pod(spec, *targets)
+    changes, skipped = convert_pod(spec, *targets)
     band = band_of(priority)
+    cpu_name, mem_name = targets
+    for path, name, value in skipped:
+        text = f'{_owner(spec, path)} already asks for {name} "{shown(value)}": its cpu/memory are not converted'
+        ctx.warn(text)
+        ctx.note(NAME, text)
     if not changes:
         ctx.note(NAME, f"{band} (priority {priority}): nothing to convert")
         return
-    where = []
+    # Texts from the pod as it came, before the writes below.
+    owners: set[tuple[str, int]] = {(str(p[1]), int(p[2])) if len(p) == 4 else ("overhead", 0)
+                                    for p, _, _ in changes}
+    ctx.facts.converted.update(owners)
+    notes = cpu_notes(spec, owners, cpu_name)
+    where = [_where(spec, path) for path, _new, _done in changes]
     for path, new, _done in changes:
         # One explicit op per converted ResourceList (the whole list replaced): the same change as
         # remove-cpu/add-batch-cpu pairs, in a quarter of the ops.
@@ -76,15 +119,35 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
             ctx.patch.set(path, new, fresh=True)
         else:
             ctx.patch.set_keys(path, new, ("requests", "limits"), fresh=True)
-        where.append(_where(spec, path))  # names only: ``spec`` may be the pod before these writes
-    cpu_name, mem_name = targets
-    summary = f"cpu/memory -> {cpu_name}/{mem_name.rsplit('/', 1)[-1]} ({band} {priority}) in {', '.join(where)}"
-    ctx.audit(NAME, summary)
-    ctx.warn(f"converted cpu/memory to {cpu_name}/{mem_name.rsplit('/', 1)[-1]} in {len(where)} "
-                      f"place(s) ({band} priority {priority})")
+    qos = BAND_QOS_CLASS.get(band)
+    set_qos = qos is not None and not states_qos_class(ctx.pod)
+    if set_qos:
+        ctx.patch.set(("metadata", "labels", QOS_LABEL), qos)
+        # Profiles may select on the label: the chain runs again so its answer stays its own fixpoint.
+        ctx.rerun(f"{NAME} set {QOS_LABEL}={qos}")
+    label = f"; set {QOS_LABEL}={qos}" if set_qos else ""
+    ctx.audit(NAME, f"cpu/memory -> {cpu_name}/{mem_name.rsplit('/', 1)[-1]} ({band} {priority}) in "
+                    f"{', '.join(where)}{label}")
+    short = "/".join(n.rsplit("/", 1)[-1] for n in targets)  # the warning stays under 120 characters
+    ctx.warn(f"converted cpu/memory to {short} in {len(where)} place(s) ({band} {priority}){label}")
+    for text in notes:
+        ctx.warn(text)
     if ctx.explain is not None:
         for text, (_path, _new, done) in zip(where, changes):
             ctx.note(NAME, f"{text}: converted {', '.join(done)}")
+        if set_qos:
+            ctx.note(NAME, f"the pod states no QoS class: {QOS_LABEL}={qos}, the class of {band}")
+        for text in notes:
+            ctx.note(NAME, f"warning: {text}")
+
+
+def _owner(spec: dict, path: tuple) -> str:  # type: ignore[type-arg]
+    """``container "app"``, ``init container "setup"`` or ``pod overhead``, as the validating rules say."""
+    if path == ("spec", "overhead"):
+        return "pod overhead"
+    field, index = path[1], path[2]
+    name = spec[field][index].get("name", "")
+    return f'init container "{name}"' if field == "initContainers" else f'container "{name}"'
 
 
 def _where(spec: dict, path: tuple) -> str:  # type: ignore[type-arg]

@@ -34,7 +34,8 @@ def handles(request: AdmissionRequest) -> bool:
 
 def profile_set(state: ClusterState) -> ProfileSet:
     """The compiled profiles of the state's current generation (rebuilt after any change)."""
-    return state.derived("colocation_profiles", lambda: ProfileSet(state.colocation_profiles()))
+    return state.derived("colocation_profiles",
+                         lambda: ProfileSet(state.colocation_profiles(), state.invalid_colocation_profiles()))
 
 
 def admit(ctx: MutatingContext) -> Denial | None:
