@@ -17,7 +17,7 @@ from webhook.agent.collectors import Collector
 from webhook.cli import agent as cli
 from webhook.cluster.files import FilesSource
 from webhook.cluster.state import AGENT_KINDS, ClusterState
-from webhook.core.thresholds import parse_thresholds
+from webhook.agent.domain.thresholds import parse_thresholds
 
 GI = 2**30
 NODE = "colo-node-1"

@@ -6,8 +6,8 @@ from fractions import Fraction
 
 import pytest
 
-from webhook.core.durations import DurationError, parse_duration
-from webhook.core.thresholds import (
+from webhook.agent.domain.durations import DurationError, parse_duration
+from webhook.agent.domain.thresholds import (
     MEMORY_AVAILABLE, EngineState, Observation, ThresholdError, amount_to_free, evaluate, is_met,
     node_low_message, parse_thresholds, parse_transition_period, watermark_threshold,
 )

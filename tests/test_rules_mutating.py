@@ -23,7 +23,7 @@ from tests.mutating import (
 from webhook.admission import chain
 from webhook.admission.review import review_from_dict
 from webhook.core.priority import resolve_priority
-from webhook.core.profiles import probability_draw
+from webhook.admission.domain.profiles import probability_draw
 
 COLO = {"koordinator.sh/enable-colocation": "true"}
 ESPEC = "node.koordinator.sh/extended-resource-spec"
@@ -510,6 +510,19 @@ def test_profiles_reading_the_qos_label_see_the_be_label_in_the_same_request(ope
     assert (labels_of(out).get("seen") == "yes") is seen
     assert labels_of(out).get("copied-qos") == copied
     assert chain.mutate(request(out), state, chain.Settings()).patch == []
+
+
+@pytest.mark.parametrize("profiles,passes", [
+    ([], 1), ([profile("reads-app", selector={"matchLabels": {"app": "x"}})], 1),
+    ([profile("suffixes-qos", labelSuffixes={"koordinator.sh/qosClass": "-x"})], 2),
+    ([profile("selects-qos", selector={"matchExpressions": [
+        {"key": "koordinator.sh/qosClass", "operator": "DoesNotExist"}]}, labels={"x": "y"})], 2)])
+def test_the_chain_runs_again_only_when_a_profile_reads_the_qos_label(profiles: list, passes: int) -> None:
+    explain: list[str] = []
+    _decision, out = mutate(pod(requests={"cpu": "1"}, priorityClassName="koord-batch", priority=5000),
+                            make_state(*profiles), explain)
+    assert labels_of(out)["koordinator.sh/qosClass"].startswith("BE")  # the suffix profile appends to it
+    assert sum(line.startswith("[chain] pass ") for line in explain) == passes - 1
 
 
 # -- batch resources: a container that already asks for the band's resources (issue 9 §5) ------------------

@@ -33,6 +33,7 @@ class MutatingFacts:
     priority: int | None = None                 # spec.priority once the priority rule resolved it
     matched_profiles: list[str] = field(default_factory=list)  # ClusterColocationProfiles applied, in order
     skip_update_resources: bool = False         # a matched profile turns the batch conversion off
+    profile_label_keys: frozenset[str] = frozenset()  # pod label keys the namespace's profiles read
     # (field, index) of the containers (("overhead", 0) for spec.overhead) the batch conversion converted,
     # kept across passes: what a later pass sees there is no longer what the user wrote.
     converted: set[tuple[str, int]] = field(default_factory=set)

@@ -18,16 +18,16 @@ from webhook.agent.actions import EvictOutcome, KubeActions
 from webhook.agent.collectors import CollectError, Collector, Sample
 from webhook.agent.metrics import AgentMetrics
 from webhook.cluster.state import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
-from webhook.core import batch_allocatable as batchcalc
-from webhook.core.eviction import (
+from webhook.agent.domain import batch_allocatable as batchcalc
+from webhook.agent.domain.eviction import (
     EVENT_REASON_SUCCESS, EVICT_BY_NODE_MEMORY_USAGE, EvictionMemory, Victim, build_tasks, candidates,
     select_victims,
 )
 from webhook.core.qos import is_be
 from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
 from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
-from webhook.core.slo_config import ConfigTracker
-from webhook.core.thresholds import (
+from webhook.agent.domain.slo_config import ConfigTracker
+from webhook.agent.domain.thresholds import (
     DEFAULT_PRESSURE_TRANSITION_PERIOD, MEMORY_AVAILABLE, EngineState, Observation, Threshold, evaluate,
     watermark_threshold,
 )

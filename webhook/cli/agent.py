@@ -22,9 +22,9 @@ import orjson
 from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
 from webhook.cluster.files import StateFileError
 from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
-from webhook.core.durations import DurationError, parse_duration
+from webhook.agent.domain.durations import DurationError, parse_duration
 from webhook.core.quantity import format_binary_si
-from webhook.core.thresholds import ThresholdError, parse_thresholds, parse_transition_period
+from webhook.agent.domain.thresholds import ThresholdError, parse_thresholds, parse_transition_period
 
 log = logging.getLogger("colocation-agent")
 

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from decimal import Decimal
-from functools import lru_cache
 from typing import Any
 
 from webhook.core.fielderrors import invalid
-from webhook.core.quantity import QuantityError, cacheable, parse_quantity
+from webhook.core.quantity import QuantityError, parse_quantity
 
 CPU, MEMORY = "cpu", "memory"
 BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
@@ -149,21 +148,13 @@ def iter_resource_lists(spec: dict[str, Any]) -> Iterator[tuple[str, str, str, d
         yield owner, resource_list_path(field, index, kind), kind, values
 
 
-def _asks_uncached(raw: object) -> bool:
+def asks(raw: object) -> bool:
+    """Whether a quantity asks for its resource: above zero. An unparsable one counts (it is
+    reported by ``quantity_errors``, and must not pass for "asks for nothing")."""
     try:
         return parse_quantity(raw) > 0
     except QuantityError:
         return True
-
-
-# Pods repeat the same few quantity texts. One argument, a str: the cache key is the text itself.
-_asks_cached = lru_cache(maxsize=4096)(_asks_uncached)
-
-
-def asks(raw: object) -> bool:
-    """Whether a quantity asks for its resource: above zero. An unparsable one counts (it is
-    reported by ``quantity_errors``, and must not pass for "asks for nothing")."""
-    return _asks_cached(raw) if cacheable(raw) else _asks_uncached(raw)
 
 
 def shown(raw: object) -> str:

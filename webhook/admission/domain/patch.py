@@ -11,19 +11,26 @@ a request costs a few small copies instead of a deep copy of the whole pod.
 
 from __future__ import annotations
 
-from functools import lru_cache
 from operator import is_not
 from typing import Any
 
-from webhook.core.strategic_merge import clone
+from webhook.admission.domain.strategic_merge import clone
 
 Path = tuple[str | int, ...]
 _MISSING = object()
 
 
-@lru_cache(maxsize=8192)  # rules write the same few paths on every request
 def pointer(path: Path) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+    """The RFC 6901 pointer of ``path`` (``~`` and ``/`` escaped; most keys have neither, so most skip it)."""
+    out = ""
+    for p in path:
+        if type(p) is str:
+            if "~" in p or "/" in p:
+                p = p.replace("~", "~0").replace("/", "~1")
+            out += "/" + p
+        else:
+            out += "/" + str(p)
+    return out
 
 
 def _snapshot(value: Any) -> Any:
@@ -79,13 +86,16 @@ class PatchBuilder:
         # id -> container for the copies this builder made: only these may change in place. Holding
         # them keeps each id unique while the builder lives.
         self._own: dict[int, Any] = {id(self.doc): self.doc}
-        # (parent path, parent) of the last set(): rules write several keys of one map in a row
-        # (requests then limits), and those skip both walks. Any other change clears it.
-        self._last: tuple[Path, Any] | None = None
 
     def get(self, path: Path, default: Any = None) -> Any:
         value = _get(self.doc, path)
         return default if value is _MISSING else value
+
+    def _record(self, op: str, path: Path, value: Any = _MISSING) -> None:
+        entry: dict[str, Any] = {"op": op, "path": pointer(path)}
+        if value is not _MISSING:
+            entry["value"] = _snapshot(value)
+        self.ops.append(entry)
 
     def _child(self, parent: Any, key: str | int) -> Any:
         """``parent[key]`` (a map or list), copied into ``parent`` first unless this builder made it."""
@@ -98,78 +108,31 @@ class PatchBuilder:
 
     def _writable(self, keys: Path) -> Any:
         """The container at ``keys`` (every step a map or list), with each one on the way our own."""
-        own = self._own
-        cur = self.doc
-        for k in keys:  # _child inlined: this runs for every op
-            child = cur[k]
-            if id(child) not in own:
-                child = child.copy()
-                cur[k] = child
-                own[id(child)] = child
-            cur = child
+        cur: Any = self.doc
+        for k in keys:
+            cur = self._child(cur, k)
         return cur
 
-    def set(self, path: Path, value: Any, fresh: bool = False) -> bool:
-        """Set ``path`` to ``value``, creating missing parent maps; False when already equal.
-
-        ``fresh``: the caller built ``value`` for this call (no map or list in it comes from the
-        document) and will not change it later, so the op records it as is instead of a copy.
-        """
-        parent_path = path[:-1]
-        last_set = self._last
-        ours = last_set is not None and last_set[0] == parent_path
-        if ours:
-            cur: Any = last_set[1]  # type: ignore[index]
-        else:
-            cur = _look(self.doc, parent_path)  # look first: an equal value costs no copy
-            if not isinstance(cur, (dict, list)):
-                self._parents(path, value, fresh)
-                return True
+    def set(self, path: Path, value: Any) -> bool:
+        """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
+        parent = _look(self.doc, path[:-1])  # look first: an equal value costs no copy
+        if not isinstance(parent, (dict, list)):
+            self._parents(path, value)
+            return True
         last = path[-1]
-        if isinstance(cur, dict) and last not in cur:
+        if isinstance(parent, dict) and last not in parent:
             op = "add"
-        elif isinstance(cur, dict) and cur[last] == value and type(cur[last]) is type(value):
+        elif isinstance(parent, dict) and parent[last] == value and type(parent[last]) is type(value):
             return False
         else:
             op = "replace"
-        if not ours:
-            cur = self._writable(parent_path)
-            self._last = (parent_path, cur)
-        cur[last] = value
-        self.ops.append({"op": op, "path": pointer(path), "value": value if fresh else _snapshot(value)})
+        self._writable(path[:-1])[last] = value
+        self._record(op, path, value)
         return True
 
-    def set_keys(self, path: Path, values: dict[str, Any], keys: tuple[str, ...], fresh: bool = False) -> None:
-        """``set(path + (key,), values[key], fresh)`` for each of ``keys`` that ``values`` has, in that
-        order: the same ops, with one walk to the map at ``path`` instead of one per key (rules write
-        a container's requests and limits together)."""
-        parent = _look(self.doc, path)
-        if not isinstance(parent, dict):  # missing or not a map: set() knows every case
-            for key in keys:
-                if key in values:
-                    self.set(path + (key,), values[key], fresh)
-            return
-        own = None
-        for key in keys:
-            if key not in values:
-                continue
-            value = values[key]
-            if key not in parent:
-                op = "add"
-            elif parent[key] == value and type(parent[key]) is type(value):
-                continue
-            else:
-                op = "replace"
-            if own is None:
-                own = parent = self._writable(path)
-                self._last = (path, own)
-            parent[key] = value
-            self.ops.append({"op": op, "path": pointer(path + (key,)), "value": value if fresh else _snapshot(value)})
-
-    def _parents(self, path: Path, value: Any, fresh: bool) -> None:
+    def _parents(self, path: Path, value: Any) -> None:
         """A parent of ``path`` is missing: write the rest of the path as one value instead (an "add"
         below a missing parent fails upstream)."""
-        self._last = None
         cur: Any = self.doc
         for i, p in enumerate(path[:-1]):
             nxt = cur.get(p) if isinstance(cur, dict) else (cur[p] if isinstance(cur, list) else None)
@@ -179,10 +142,7 @@ class PatchBuilder:
                     nested = {q: nested}
                 op = "replace" if isinstance(cur, dict) and p in cur else "add"
                 cur[p] = nested
-                # The maps around ``value`` are new, made here: only the caller's value may need a copy.
-                if isinstance(value, (dict, list)) and not fresh:
-                    nested = _snapshot(nested)
-                self.ops.append({"op": op, "path": pointer(path[: i + 1]), "value": nested})
+                self._record(op, path[: i + 1], nested)
                 return
             cur = self._child(cur, p)
 
@@ -192,9 +152,8 @@ class PatchBuilder:
         if not (isinstance(parent, dict) and last in parent
                 or isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
             return False
-        self._last = None
         del self._writable(path[:-1])[last]
-        self.ops.append({"op": "remove", "path": pointer(path)})
+        self._record("remove", path)
         return True
 
     def update(self, path: Path, new: Any) -> None:
@@ -205,7 +164,6 @@ class PatchBuilder:
         if isinstance(parent, dict) and last in parent or (
                 isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
             if parent[last] is not new:
-                self._last = None
                 self._merge_into(self._writable(path[:-1]), last, path, new)
         else:
             self.set(path, new)
@@ -216,33 +174,32 @@ class PatchBuilder:
         if old is new:  # shared, untouched subtree of a copy-on-write result
             return
         if isinstance(old, dict) and isinstance(new, dict):
-            removed = [k for k in old if k not in new]
-            # ``is not`` inline first: most values of a copy-on-write result are the very same objects
-            changed = [k for k, v in new.items() if (o := old.get(k, _MISSING)) is not v and _differs(o, v)]
-            if not removed and not changed:
-                return  # a fresh map holding equal values: nothing to write, nothing to copy
-            old = self._child(parent, key)
-            for k in removed:
-                del old[k]
-                self.ops.append({"op": "remove", "path": pointer(path + (k,))})
-            for k in changed:
-                v = new[k]
-                if k in old:
-                    self._merge_into(old, k, path + (k,), v)
-                else:
-                    old[k] = v
-                    self.ops.append({"op": "add", "path": pointer(path + (k,)), "value": _snapshot(v)})
-            return
-        if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-            if not any(map(is_not, old, new)):
-                return
-            old = self._child(parent, key)
-            for i, v in enumerate(new):
-                self._merge_into(old, i, path + (i,), v)
-            return
-        if old != new or type(old) is not type(new):
+            self._merge_maps(parent, key, path, old, new)
+        elif isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+            if any(map(is_not, old, new)):
+                mine = self._child(parent, key)
+                for i, v in enumerate(new):
+                    self._merge_into(mine, i, path + (i,), v)
+        elif old != new or type(old) is not type(new):
             parent[key] = new
-            self.ops.append({"op": "replace", "path": pointer(path), "value": _snapshot(new)})
+            self._record("replace", path, new)
+
+    def _merge_maps(self, parent: Any, key: str | int, path: Path, old: dict[str, Any], new: dict[str, Any]) -> None:
+        removed = [k for k in old if k not in new]
+        # ``is not`` first: most values of a copy-on-write result are the very same objects
+        changed = [k for k, v in new.items() if (o := old.get(k, _MISSING)) is not v and _differs(o, v)]
+        if not removed and not changed:
+            return  # a fresh map holding equal values: nothing to write, nothing to copy
+        mine = self._child(parent, key)
+        for k in removed:
+            del mine[k]
+            self._record("remove", path + (k,))
+        for k in changed:
+            if k in mine:
+                self._merge_into(mine, k, path + (k,), new[k])
+            else:
+                mine[k] = new[k]
+                self._record("add", path + (k,), new[k])
 
 
 def _unescape(token: str) -> str:

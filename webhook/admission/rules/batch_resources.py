@@ -15,16 +15,14 @@ from __future__ import annotations
 from webhook.admission.context import MutatingContext
 from webhook.admission.response import Denial, bad_request
 from webhook.admission.review import AdmissionRequest
-from webhook.core.batch_resources import (
+from webhook.admission.domain.batch_conversion import convert_pod, cpu_notes, targets_for
+from webhook.core.extended_resource_spec import (
     EXTENDED_RESOURCE_SPEC,
-    convert_pod,
-    cpu_notes,
     encode_extended_resource_spec,
     extended_resource_spec,
     same_extended_resource_spec,
-    targets_for,
 )
-from webhook.core.batch_validation import small_batch_cpu_warnings
+from webhook.admission.domain.batch_validation import small_batch_cpu_warnings
 from webhook.core.fielderrors import aggregate
 from webhook.core.priority import band_of
 from webhook.core.qos import (
@@ -114,17 +112,19 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
     for path, new, _done in changes:
         # One explicit op per converted ResourceList (the whole list replaced): the same change as
         # remove-cpu/add-batch-cpu pairs, in a quarter of the ops.
-        # convert_list builds these maps afresh (sharing nothing with the pod): no copy for the ops.
         if path[-1] == "overhead":
-            ctx.patch.set(path, new, fresh=True)
+            ctx.patch.set(path, new)
         else:
-            ctx.patch.set_keys(path, new, ("requests", "limits"), fresh=True)
+            for kind in ("requests", "limits"):
+                if kind in new:
+                    ctx.patch.set((*path, kind), new[kind])
     qos = BAND_QOS_CLASS.get(band)
     set_qos = qos is not None and not states_qos_class(ctx.pod)
     if set_qos:
         ctx.patch.set(("metadata", "labels", QOS_LABEL), qos)
-        # Profiles may select on the label: the chain runs again so its answer stays its own fixpoint.
-        ctx.rerun(f"{NAME} set {QOS_LABEL}={qos}")
+        if QOS_LABEL in ctx.facts.profile_label_keys:
+            # A profile reads the label: the chain runs again so its answer stays its own fixpoint.
+            ctx.rerun(f"{NAME} set {QOS_LABEL}={qos}")
     label = f"; set {QOS_LABEL}={qos}" if set_qos else ""
     ctx.audit(NAME, f"cpu/memory -> {cpu_name}/{mem_name.rsplit('/', 1)[-1]} ({band} {priority}) in "
                     f"{', '.join(where)}{label}")

@@ -7,14 +7,13 @@ from a reinvocation unchanged. What matched goes to ``ctx.facts`` for the batch-
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from webhook.admission.context import MutatingContext
 from webhook.admission.response import Denial, forbidden
 from webhook.admission.review import AdmissionRequest
 from webhook.cluster.state import ClusterState
-from webhook.core.profiles import (
+from webhook.admission.domain.profiles import (
     ApplyError,
     ProfileSet,
     explain_match,
@@ -55,6 +54,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
         ctx.warn(f"namespace {ns} is not in the webhook's cluster state; no colocation profile applied")
         return None
     view = pset.for_namespace(ns, ns_labels)
+    ctx.facts.profile_label_keys = view.label_keys_read
     for p in view.broken:
         ctx.warn(f"colocation profile {p.name} ignored: {p.error}")
     try:
@@ -106,7 +106,6 @@ def _short(names: list[str], pod: dict[str, Any]) -> str:
     return text + (": " + ", ".join(extra) if extra else "")
 
 
-@lru_cache(maxsize=1024)  # profiles write the same few paths on every request
 def _field(pointer: str) -> str:
     """A patch path as the summary names it: ``/metadata/labels/a~1b`` -> ``a/b``."""
     path = pointer.replace("~1", "/").replace("~0", "~")

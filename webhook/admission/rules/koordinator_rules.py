@@ -11,7 +11,7 @@ from webhook.admission.context import ValidatingContext
 from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.fielderrors import aggregate
-from webhook.core.koord_rules import immutable_errors, pod_errors
+from webhook.admission.domain.koord_rules import immutable_errors, pod_errors
 from webhook.core.priority import koord_priority_class
 from webhook.core.qos import koord_qos_class
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from webhook.admission.context import ValidatingContext
 from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
-from webhook.core.quota import check_presence, format_scopes
+from webhook.admission.domain.quota import check_presence, format_scopes
 
 NAME = "quota-presence"
 

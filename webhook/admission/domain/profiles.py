@@ -14,13 +14,12 @@ import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
 from webhook.core.priority import SUB_PRIORITY_LABEL, preemption_policy_of
 from webhook.core.qos import KOORD_QOS_CLASSES, QOS_LABEL
 from webhook.core.selectors import CompiledSelector, SelectorError, compile_selector, describe_selector
-from webhook.core.strategic_merge import StrategicMergeError, clone, merge
+from webhook.admission.domain.strategic_merge import StrategicMergeError, clone, merge
 
 SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
 _PERCENT = re.compile(r"^([0-9]+)%$")
@@ -58,18 +57,6 @@ def parse_probability(value: Any) -> int:
 
 def probability_draw(namespace: str, name: str) -> int:
     """The pod's draw in 0..99: stable across processes and (re)invocations (not Python's hash())."""
-    # Pods of one ReplicaSet share their identity (generateName), so the draw repeats: cached, for
-    # texts of a valid length only (no hostile megabyte key held; no 1/True key collisions).
-    if type(namespace) is str and type(name) is str and len(namespace) + len(name) <= _DRAW_KEY_LIMIT:
-        return _draw(namespace, name)
-    return _draw.__wrapped__(namespace, name)
-
-
-_DRAW_KEY_LIMIT = 63 + 253  # the longest namespace and pod names
-
-
-@lru_cache(maxsize=4096)
-def _draw(namespace: str, name: str) -> int:
     digest = hashlib.blake2b(f"{namespace}/{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % 100
 
@@ -305,6 +292,10 @@ class NamespaceProfiles:
                 self._scan.append(i)
             for k in sel.keys:
                 self.by_key.setdefault(k, []).append(i)
+        # Every pod label key these profiles read (to select, map or suffix): a rule that sets another
+        # label cannot change what they do.
+        self.label_keys_read = frozenset(self.by_key).union(
+            *(profiles[i].label_keys_mapping.keys() | profiles[i].label_suffixes.keys() for i in candidates))
 
     def select(self, labels: Mapping[str, str], draw: int) -> list[int]:
         """Indices (name order) of the profiles that match ``labels`` and whose probability passes."""

@@ -7,11 +7,10 @@ milli-cores as a whole number ("1k" is one core) and batch-memory whole bytes.
 from __future__ import annotations
 
 from decimal import Decimal
-from functools import lru_cache, partial
 from typing import Any
 
 from webhook.core.fielderrors import invalid
-from webhook.core.quantity import QuantityError, cacheable, is_whole, parse_quantity
+from webhook.core.quantity import QuantityError, is_whole, parse_quantity
 from webhook.core.resources import (
     BATCH_CPU,
     BATCH_RESOURCES,
@@ -56,7 +55,7 @@ def mixing_error(spec: dict[str, Any], lists: list[ResourceList] | None = None) 
     return f"{b_owner} asks for {b_names[0]} and {n_owner} asks for {n_names[0]}: {MIXING_ADVICE}"
 
 
-def _batch_quantity_uncached(name: str, raw: object) -> tuple[str | None, Decimal | None]:
+def _batch_quantity(name: str, raw: object) -> tuple[str | None, Decimal | None]:
     """(what is wrong or None, the value; None for a text that is no quantity, which
     ``resources.quantity_errors`` reports)."""
     try:
@@ -68,11 +67,6 @@ def _batch_quantity_uncached(name: str, raw: object) -> tuple[str | None, Decima
     if not is_whole(q):
         return (BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE), None
     return None, q
-
-
-# One cache per resource name, so the key is the quantity text itself (see resources.asks).
-_BATCH_QUANTITY_CACHED = {name: lru_cache(maxsize=4096)(partial(_batch_quantity_uncached, name))
-                          for name in BATCH_RESOURCES}
 
 
 def small_batch_cpu_warnings(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> list[str]:
@@ -110,10 +104,7 @@ def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None)
             raw = values.get(name, _ABSENT)
             if raw is _ABSENT:
                 continue
-            if cacheable(raw):
-                problem, q = _BATCH_QUANTITY_CACHED[name](raw)
-            else:
-                problem, q = _batch_quantity_uncached(name, raw)
+            problem, q = _batch_quantity(name, raw)
             if problem is not None:
                 errors.append(invalid(f"{resource_list_path(field, index, kind)}[{name}]", shown(raw), problem))
                 continue

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
-from webhook.core.durations import DurationError, parse_duration
+from webhook.agent.domain.durations import DurationError, parse_duration
 from webhook.core.quantity import QuantityError, format_binary_si, format_decimal_si, parse_quantity
 
 MEMORY_AVAILABLE = "memory.available"

@@ -15,7 +15,7 @@ from typing import Any
 from webhook.core.qos import is_be
 from webhook.core.resources import MEMORY, pod_requests
 from webhook.core.quantity import int_value
-from webhook.core.thresholds import KUBELET, WATERMARK, Observation, Threshold, amount_to_free, node_low_message
+from webhook.agent.domain.thresholds import KUBELET, WATERMARK, Observation, Threshold, amount_to_free, node_low_message
 
 EVICT_BY_NODE_MEMORY_USAGE = "EvictPodByNodeMemoryUsage"   # the percentage watermark
 KUBELET_EVICTED = "Evicted"                                # a kubelet-style threshold
