@@ -20,11 +20,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agent_trees import FakePod, write_cgroup_v2, write_proc  # noqa: E402
-from tests.apiserver import ReplayAPIServer  # noqa: E402
-from webhook.agent.agent import Agent, AgentOptions, run_loop  # noqa: E402
-from webhook.agent.collectors import Collector  # noqa: E402
-from webhook.cluster.state import AGENT_KINDS, ClusterState  # noqa: E402
+from tests.agent_trees import FakePod, write_cgroup_v2, write_proc
+from tests.apiserver import ReplayAPIServer
+from webhook.agent.agent import Agent, AgentOptions, run_loop
+from webhook.agent.collectors import Collector
+from webhook.cluster.state import AGENT_KINDS, ClusterState
 
 GI, MI = 2**30, 2**20
 NODE = "bench-node"
@@ -105,7 +105,7 @@ def reaction(trials: int, interval: float = 1.0, n: int = 100) -> tuple[list[flo
     from_sample: list[float] = []
     for trial in range(trials):
         with tempfile.TemporaryDirectory() as tmp, ReplayAPIServer() as srv:
-            proc, cg, state, pods = build(Path(tmp), n, used=8 * GI)
+            proc, cg, state, _pods = build(Path(tmp), n, used=8 * GI)
             for i in range(0, n, 2):
                 srv.add_json("POST", f"/api/v1/namespaces/bench/pods/pod-{i}/eviction",
                              {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},

@@ -118,7 +118,7 @@ class ReplayAPIServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "ReplayAPIServer":
+    def start(self) -> ReplayAPIServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -206,7 +206,7 @@ class ReplayAPIServer:
             self._httpd.shutdown()
             self._httpd.server_close()
 
-    def __enter__(self) -> "ReplayAPIServer":
+    def __enter__(self) -> ReplayAPIServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

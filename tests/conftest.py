@@ -13,7 +13,6 @@ from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
-
 # The four Koordinator PriorityClasses as the recorded cluster has them, for tests' cluster-state folders.
 KOORD_PRIORITY_CLASSES_YAML = "---\n".join(
     f"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {{name: {name}}}\nvalue: {value}\n"

@@ -6,7 +6,13 @@ import pytest
 
 from tests.apiserver import load_exchange
 from webhook.agent.domain.batch_allocatable import (
-    PodLoad, UsageWindow, batch_allocatable, degraded, needs_update, published, status_patch,
+    PodLoad,
+    UsageWindow,
+    batch_allocatable,
+    degraded,
+    needs_update,
+    published,
+    status_patch,
 )
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
 

@@ -14,10 +14,10 @@ from tests.apiserver import ReplayAPIServer, load_exchange
 from webhook.agent.actions import API_CALLS, EvictOutcome, KubeActions
 from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
+from webhook.agent.domain.thresholds import parse_thresholds
 from webhook.cli import agent as cli
 from webhook.cluster.files import FilesSource
 from webhook.cluster.state import AGENT_KINDS, ClusterState
-from webhook.agent.domain.thresholds import parse_thresholds
 
 GI = 2**30
 NODE = "colo-node-1"

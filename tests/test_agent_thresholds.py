@@ -8,8 +8,17 @@ import pytest
 
 from webhook.agent.domain.durations import DurationError, parse_duration
 from webhook.agent.domain.thresholds import (
-    MEMORY_AVAILABLE, EngineState, Observation, ThresholdError, amount_to_free, evaluate, is_met,
-    node_low_message, parse_thresholds, parse_transition_period, watermark_threshold,
+    MEMORY_AVAILABLE,
+    EngineState,
+    Observation,
+    ThresholdError,
+    amount_to_free,
+    evaluate,
+    is_met,
+    node_low_message,
+    parse_thresholds,
+    parse_transition_period,
+    watermark_threshold,
 )
 
 GI, MI = 2**30, 2**20

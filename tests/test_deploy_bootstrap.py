@@ -219,7 +219,7 @@ def test_creates_the_secret_and_patches_both_configurations(api: tuple[ReplayAPI
     ca = cluster.secret_data()["ca.crt"]
     assert cluster.ca_bundles() == {kind: [ca] for kind in KINDS.values()}
     leaf = x509.load_pem_x509_certificate(cluster.secret_data()["tls.crt"])
-    assert leaf.not_valid_after_utc - dt.datetime.now(dt.timezone.utc) > dt.timedelta(days=3600)  # --days 3650
+    assert leaf.not_valid_after_utc - dt.datetime.now(dt.UTC) > dt.timedelta(days=3600)  # --days 3650
     assert _writes(server) == [("POST", SECRETS), ("PATCH", f"{ADMISSION}/mutatingwebhookconfigurations/{CONFIG}"),
                                ("PATCH", f"{ADMISSION}/validatingwebhookconfigurations/{CONFIG}")]
     err = capsys.readouterr().err
@@ -340,7 +340,7 @@ def test_losing_a_create_race_reuses_the_winner(api: tuple[ReplayAPIServer, Clus
 ])
 def test_a_403_fails_clearly(api: tuple[ReplayAPIServer, Cluster, Path], capsys: pytest.CaptureFixture[str],
                              method: str, path: str, what: str) -> None:
-    server, cluster, kubeconfig = api
+    _server, cluster, kubeconfig = api
     cluster.add_configurations()
     cluster.forbidden.add((method, path))
     assert _run(kubeconfig) == 1

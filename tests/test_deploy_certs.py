@@ -119,7 +119,7 @@ def test_ca_bundle_missing_is_a_usage_error(tmp_path: Path, capsys: pytest.Captu
 def _self_signed(days_from: int, days_to: int) -> tuple[bytes, bytes]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "t")])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(1).not_valid_before(now + dt.timedelta(days=days_from))
             .not_valid_after(now + dt.timedelta(days=days_to)).sign(key, hashes.SHA256()))
@@ -130,7 +130,7 @@ def _self_signed(days_from: int, days_to: int) -> tuple[bytes, bytes]:
 
 def test_check_pair() -> None:
     good_cert, good_key = _self_signed(-1, 1)
-    other_cert, other_key = _self_signed(-1, 1)
+    _other_cert, other_key = _self_signed(-1, 1)
     expired_cert, expired_key = _self_signed(-3, -1)
     cases = [
         ("good", good_cert, good_key, None),
@@ -166,9 +166,9 @@ def _publish(mount: Path, version: str, source: Path) -> None:
 
 
 def _served_serial(port: int, trust: ssl.SSLContext) -> int:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-        with trust.wrap_socket(raw, server_hostname="localhost") as tls:
-            der = tls.getpeercert(binary_form=True)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            trust.wrap_socket(raw, server_hostname="localhost") as tls:
+        der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der).serial_number
 

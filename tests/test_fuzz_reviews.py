@@ -6,6 +6,7 @@ never a 5xx, never a traceback, and the server keeps serving.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
 from collections.abc import Iterator
@@ -41,10 +42,10 @@ def _paths(doc: Any, prefix: tuple = ()) -> Iterator[tuple]:
         return
     if isinstance(doc, dict):
         for k, v in doc.items():
-            yield from _paths(v, prefix + (k,))
+            yield from _paths(v, (*prefix, k))
     elif isinstance(doc, list):
         for i, v in enumerate(doc):
-            yield from _paths(v, prefix + (i,))
+            yield from _paths(v, (*prefix, i))
 
 
 def _set(doc: Any, path: tuple, value: Any) -> Any:
@@ -88,10 +89,8 @@ def mutated_review(draw: st.DrawFn) -> bytes:
             break  # walking a 3000-deep value again would only test the test
         elif action == "quantity":
             containers = None
-            try:
+            with contextlib.suppress(KeyError, TypeError, IndexError):
                 containers = review["request"]["object"]["spec"]["containers"]
-            except (KeyError, TypeError, IndexError):
-                pass
             if isinstance(containers, list) and containers and isinstance(containers[0], dict):
                 res = containers[0].setdefault("resources", {})
                 if isinstance(res, dict):

@@ -56,7 +56,7 @@ def test_lookalikes_never_share_an_answer(fn, order: str) -> None:  # type: igno
     clear_all()
     for raw in values:  # every lookalike remembered where the policy allows
         _outcome(fn, raw)
-    for raw, expected in zip(values, cold):
+    for raw, expected in zip(values, cold, strict=False):
         assert _same(_outcome(fn, raw), expected), raw
 
 
@@ -69,7 +69,7 @@ def test_convert_resources_keeps_lookalikes_apart(order: str) -> None:
         cases += [{"requests": {"cpu": v}}, {"limits": {"memory": v, "cpu": "1"}}, {"requests": v, "limits": {"cpu": "2"}}]
     first = [convert_resources(copy.deepcopy(r), *TARGETS) for r in cases]
     again = [convert_resources(r, *TARGETS) for r in cases]  # answered from warm memos
-    assert all(_same(a, b) for a, b in zip(first, again))
+    assert all(_same(a, b) for a, b in zip(first, again, strict=False))
 
 
 def test_convert_resources_gives_fresh_maps() -> None:

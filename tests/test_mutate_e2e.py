@@ -171,7 +171,7 @@ def test_review_explain_shows_profiles_rules_and_patch(tmp_path: Path, state_dir
            "does not match namespace colo-demo labels" in err
     assert "probability draw" in err
     assert "[priority] already resolved: koord-batch = 5000" in err
-    assert "[batch-resources] container nginx: converted requests.cpu" in err
+    assert '[batch-resources] container "nginx": converted requests.cpu' in err
     assert "patch: [" in err
     assert json.loads(captured.out)["spec"]["priorityClassName"] == "koord-batch"
 

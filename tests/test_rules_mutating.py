@@ -21,9 +21,9 @@ from tests.mutating import (
     resources_of,
 )
 from webhook.admission import chain
+from webhook.admission.domain.profiles import probability_draw
 from webhook.admission.review import review_from_dict
 from webhook.core.priority import resolve_priority
-from webhook.admission.domain.profiles import probability_draw
 
 COLO = {"koordinator.sh/enable-colocation": "true"}
 ESPEC = "node.koordinator.sh/extended-resource-spec"
@@ -151,7 +151,7 @@ def test_selector_sees_labels_as_received_then_settles() -> None:
     # the reinvoked webhook would apply b anyway; applying it now keeps the second pass empty.
     state = make_state(profile("a", labels={"tier": "batch"}),
                        profile("b", selector={"matchLabels": {"tier": "batch"}}, labels={"b": "yes"}))
-    decision, out = mutate(pod(), state)
+    _decision, out = mutate(pod(), state)
     assert labels_of(out) == {"tier": "batch", "b": "yes"}
     assert chain.mutate(request(out), state, chain.Settings()).patch == []
 
@@ -323,14 +323,14 @@ def test_batch_covers_init_containers_and_overhead_and_writes_the_annotation() -
 def test_skip_update_resources_turns_conversion_off() -> None:
     state = make_state(profile("colo", meta_annotations={"config.koordinator.sh/skip-update-resources": ""},
                                priorityClassName="koord-batch", qosClass="BE"))
-    decision, out = mutate(pod(requests={"cpu": "1"}), state)
+    _decision, out = mutate(pod(requests={"cpu": "1"}), state)
     assert out["spec"]["priority"] == 5000 and resources_of(out) == {"requests": {"cpu": "1"}}
 
 
 def test_batch_conversion_without_a_profile_and_existing_annotation_kept() -> None:
     p = pod(requests={"kubernetes.io/batch-cpu": "1k"}, priorityClassName="koord-batch", priority=5000,
             annotations={ESPEC: '{"containers":{"app":{"requests":{"kubernetes.io/batch-cpu":"1000"}}}}'})
-    decision, out = mutate(p, make_state())
+    decision, _out = mutate(p, make_state())
     assert decision.patch == []
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.validating_helpers import expect, BATCH_CPU, BATCH_MEMORY, batch, container, pod, validate
+from tests.validating_helpers import BATCH_CPU, BATCH_MEMORY, batch, container, expect, pod, validate
 from webhook.core.quantity import ERR_FORMAT, ERR_NUMERIC, ERR_SUFFIX
 
 BE = {"koordinator.sh/qosClass": "BE"}

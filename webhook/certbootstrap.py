@@ -119,7 +119,7 @@ def trusts(ca_bundle: str | None, ca_pem: bytes) -> bool:
 def still_valid_ca(ca_pem: bytes) -> bytes | None:
     """``ca_pem`` when it is a certificate that has not expired, else None."""
     certs = _certificates(ca_pem)
-    if not certs or certs[0].not_valid_after_utc <= dt.datetime.now(dt.timezone.utc):
+    if not certs or certs[0].not_valid_after_utc <= dt.datetime.now(dt.UTC):
         return None
     return ca_pem
 
@@ -149,7 +149,8 @@ def secret_body(target: Target, data: dict[str, bytes], base: dict[str, Any] | N
 
 
 # -- the API edge --------------------------------------------------------------------------------
-_METHODS = {"mutatingwebhookconfigurations": ("read_mutating_webhook_configuration", "patch_mutating_webhook_configuration"),
+_METHODS = {"mutatingwebhookconfigurations": ("read_mutating_webhook_configuration",
+                                              "patch_mutating_webhook_configuration"),
             "validatingwebhookconfigurations": ("read_validating_webhook_configuration",
                                                 "patch_validating_webhook_configuration")}
 

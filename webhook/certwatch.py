@@ -22,11 +22,13 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 import ssl
 import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
 import uvicorn
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -199,7 +201,7 @@ class WatchingServer(uvicorn.Server):
         self.watcher = watcher
         self._watch_task: asyncio.Task[None] | None = None
 
-    def handle_exit(self, sig, frame):  # type: ignore[no-untyped-def]
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # uvicorn re-raises a captured SIGTERM after its graceful shutdown, which kubelet and shells
         # read as a crash (exit -15); a clean shutdown exits 0.
         super().handle_exit(sig, frame)
@@ -207,13 +209,13 @@ class WatchingServer(uvicorn.Server):
         if isinstance(captured, list):
             captured.clear()
 
-    async def startup(self, sockets=None) -> None:  # type: ignore[no-untyped-def]
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
         if self.watcher is not None and self.started:
             self.watcher.reload(initial=True)
             self._watch_task = asyncio.create_task(self.watcher.run(), name="certwatch")
 
-    async def shutdown(self, sockets=None) -> None:  # type: ignore[no-untyped-def]
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self.watcher is not None:
             self.watcher.stop()
         if self._watch_task is not None:

@@ -46,7 +46,7 @@ class CertPaths:
 
 
 def _now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def _san(names: list[str]) -> x509.SubjectAlternativeName:
@@ -165,7 +165,8 @@ def pair_problem(cert_pem: bytes, key_pem: bytes, ca_pem: bytes, names: list[str
     except (ValueError, TypeError, InvalidSignature):
         return "the certificate was not issued by the CA certificate next to it"
     if leaf.not_valid_after_utc - renew_before < _now():
-        return f"the certificate expires on {leaf.not_valid_after_utc:%Y-%m-%d %H:%M} UTC, within {renew_before.days} days"
+        ends = leaf.not_valid_after_utc
+        return f"the certificate expires on {ends:%Y-%m-%d %H:%M} UTC, within {renew_before.days} days"
     missing = [n for n in names if n not in san_names_of(leaf)]
     if missing:
         return f"the certificate does not name {', '.join(missing)}"
@@ -293,7 +294,7 @@ def check_pair(cert_pem: bytes, key_pem: bytes) -> x509.Certificate:
     except (ValueError, TypeError) as exc:
         raise CertsError(f"the private key does not parse: {exc}") from None
     leaf = chain[0]
-    if leaf.public_key() != key.public_key():  # type: ignore[operator]
+    if leaf.public_key() != key.public_key():
         raise CertsError("the private key does not match the certificate")
     now = _now()
     if not leaf.not_valid_before_utc <= now <= leaf.not_valid_after_utc:

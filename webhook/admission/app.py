@@ -103,7 +103,7 @@ def create_app(state: ClusterState, settings: Settings | None = None,
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to customise the schema
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way; its hints forbid it
     return app
 
 

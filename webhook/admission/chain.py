@@ -10,6 +10,7 @@ reinvocation on its answer finds nothing left to do.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
@@ -36,14 +37,14 @@ log = logging.getLogger(__name__)
 
 class MutatingRule(Protocol):
     @property
-    def NAME(self) -> str: ...  # noqa: N802 (the module constant a rule declares)
+    def NAME(self) -> str: ...
     def handles(self, request: AdmissionRequest) -> bool: ...
     def admit(self, ctx: MutatingContext) -> Denial | None: ...
 
 
 class ValidatingRule(Protocol):
     @property
-    def NAME(self) -> str: ...  # noqa: N802
+    def NAME(self) -> str: ...
     def handles(self, request: AdmissionRequest) -> bool: ...
     def validate(self, ctx: ValidatingContext) -> Denial | None: ...
 
@@ -140,4 +141,4 @@ def _may_cancel(ops: list[dict[str, Any]]) -> bool:
     """Whether some op touches a path another op touched (the only way ops can cancel out).
     In sorted order a path is followed by the paths it is a prefix of, so neighbours suffice."""
     paths = sorted(op["path"] for op in ops)
-    return any(b.startswith(a) for a, b in zip(paths, paths[1:]))
+    return any(b.startswith(a) for a, b in itertools.pairwise(paths))

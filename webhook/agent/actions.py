@@ -8,8 +8,8 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from enum import Enum
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -24,7 +24,7 @@ COMPONENT = "colocation-agent"
 SMP = "application/strategic-merge-patch+json"
 
 
-class EvictOutcome(str, Enum):
+class EvictOutcome(StrEnum):
     EVICTED = "evicted"
     BLOCKED = "blocked"        # 429: a PodDisruptionBudget (or the API's rate limit) said no
     GONE = "gone"              # 404: the pod no longer exists
@@ -53,7 +53,7 @@ def _status_message(exc: Any) -> str:
 
 
 def _now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class KubeActions:
@@ -76,8 +76,8 @@ class KubeActions:
             delete_options=c.V1DeleteOptions(preconditions=c.V1Preconditions(uid=uid)),
         )
         try:
-            resp = self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False,
-                                                             _request_timeout=self.timeout)
+            resp: Any = self.core.create_namespaced_pod_eviction(name, namespace, body, _preload_content=False,
+                                                                  _request_timeout=self.timeout)
             resp.read()
             return EvictResult(EvictOutcome.EVICTED, getattr(resp, "status", 201))
         except c.ApiException as exc:
@@ -99,7 +99,9 @@ class KubeActions:
             "reportingComponent": COMPONENT, "reportingInstance": self.node_name,
         }
         try:
-            resp = self.core.create_namespaced_event(namespace, body, _preload_content=False,
+            # A raw dict body, which the client sends as is (its hints ask for a CoreV1Event model).
+            core: Any = self.core
+            resp: Any = core.create_namespaced_event(namespace, body, _preload_content=False,
                                                      _request_timeout=self.timeout)
             resp.read()
             return True
@@ -111,8 +113,8 @@ class KubeActions:
     def patch_node_status(self, body: dict[str, Any]) -> bool:
         """Strategic-merge patch of ``nodes/<node>/status`` (batch resources, the BEMemoryPressure condition)."""
         try:
-            resp = self.core.patch_node_status(self.node_name, body, _content_type=SMP, _preload_content=False,
-                                               _request_timeout=self.timeout)
+            resp: Any = self.core.patch_node_status(self.node_name, body, _content_type=SMP, _preload_content=False,
+                                                    _request_timeout=self.timeout)
             resp.read()
             return True
         except Exception as exc:
@@ -125,8 +127,9 @@ def api_client_for(kubeconfig: str | None) -> Any:
     """An ApiClient from a kubeconfig file, or the in-cluster service account when None."""
     from kubernetes import client, config
 
+    loaders: Any = config  # the kubernetes package ships no type hints for its config loaders
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig)
+        return loaders.new_client_from_config(config_file=kubeconfig)
     cfg = client.Configuration()
-    config.load_incluster_config(client_configuration=cfg)
+    loaders.load_incluster_config(client_configuration=cfg)
     return client.ApiClient(cfg)

@@ -11,26 +11,36 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from webhook.agent.actions import EvictOutcome, KubeActions
 from webhook.agent.collectors import CollectError, Collector, Sample
-from webhook.agent.metrics import AgentMetrics
-from webhook.cluster.state import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
 from webhook.agent.domain import batch_allocatable as batchcalc
 from webhook.agent.domain.eviction import (
-    EVENT_REASON_SUCCESS, EVICT_BY_NODE_MEMORY_USAGE, EvictionMemory, Victim, build_tasks, candidates,
+    EVENT_REASON_SUCCESS,
+    EVICT_BY_NODE_MEMORY_USAGE,
+    EvictionMemory,
+    Victim,
+    build_tasks,
+    candidates,
     select_victims,
 )
+from webhook.agent.domain.slo_config import ConfigTracker
+from webhook.agent.domain.thresholds import (
+    DEFAULT_PRESSURE_TRANSITION_PERIOD,
+    MEMORY_AVAILABLE,
+    EngineState,
+    Observation,
+    Threshold,
+    evaluate,
+    watermark_threshold,
+)
+from webhook.agent.metrics import AgentMetrics
+from webhook.cluster.state import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
 from webhook.core.qos import is_be
 from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
 from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
-from webhook.agent.domain.slo_config import ConfigTracker
-from webhook.agent.domain.thresholds import (
-    DEFAULT_PRESSURE_TRANSITION_PERIOD, MEMORY_AVAILABLE, EngineState, Observation, Threshold, evaluate,
-    watermark_threshold,
-)
 
 log = logging.getLogger("colocation-agent")
 
@@ -55,7 +65,7 @@ def _quantity(raw: Any) -> Any:
 
 
 def _wall() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Agent:
@@ -94,9 +104,9 @@ class Agent:
             return
         self.metrics.config_errors.inc()
         log.error("slo-controller-config: %s", problem)
-        if cm is not None and self._acting():
+        if cm is not None and self.actions is not None and not self.options.dry_run:
             meta = cm.get("metadata") or {}
-            self.actions.event({"kind": "ConfigMap", "apiVersion": "v1", "namespace": meta.get("namespace"),  # type: ignore[union-attr]
+            self.actions.event({"kind": "ConfigMap", "apiVersion": "v1", "namespace": meta.get("namespace"),
                                 "name": meta.get("name"), "uid": meta.get("uid")},
                                "ColocationCfgInvalid", problem)
 

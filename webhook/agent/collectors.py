@@ -56,7 +56,8 @@ def read_meminfo(proc_root: Path) -> tuple[int, int]:
             try:
                 found[key] = int(parts[0]) * (1024 if parts[1:2] == [b"kB"] else 1)
             except (ValueError, IndexError):
-                raise CollectError(f"{path}: malformed {key.decode()} line: {line.decode(errors='replace')!r}") from None
+                shown = line.decode(errors="replace")
+                raise CollectError(f"{path}: malformed {key.decode()} line: {shown!r}") from None
     for key in (b"MemTotal", b"MemAvailable"):
         if key not in found:
             raise CollectError(f"{path}: no {key.decode()} line")
@@ -91,7 +92,8 @@ def read_cpu_ticks(proc_root: Path) -> tuple[int, int, int]:
 
 
 # -- cgroups ----------------------------------------------------------------------------------------
-_POD_DIR = re.compile(r"^(?:kubepods-(?:burstable-|besteffort-)?pod(?P<sd>[0-9a-fA-F_-]+)\.slice|pod(?P<fs>[0-9a-fA-F-]+))$")
+_POD_DIR = re.compile(r"^(?:kubepods-(?:burstable-|besteffort-)?pod(?P<sd>[0-9a-fA-F_-]+)\.slice"
+                      r"|pod(?P<fs>[0-9a-fA-F-]+))$")
 
 
 def _read(path: str) -> bytes | None:

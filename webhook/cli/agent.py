@@ -15,16 +15,21 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from webhook.agent.domain.durations import DurationError, parse_duration
+from webhook.agent.domain.thresholds import ThresholdError, parse_thresholds, parse_transition_period
 from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
 from webhook.cluster.files import StateFileError
 from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
-from webhook.agent.domain.durations import DurationError, parse_duration
 from webhook.core.quantity import format_binary_si
-from webhook.agent.domain.thresholds import ThresholdError, parse_thresholds, parse_transition_period
+
+if TYPE_CHECKING:  # imported where used: `--help` and usage errors need none of them
+    from webhook.agent.agent import AgentOptions
+    from webhook.agent.collectors import Collector
+    from webhook.cluster.sources import Source
 
 log = logging.getLogger("colocation-agent")
 
@@ -37,7 +42,7 @@ def _node_name(args: argparse.Namespace) -> str:
     return name
 
 
-def _options(args: argparse.Namespace, node: str, dry_run: bool):  # type: ignore[no-untyped-def]
+def _options(args: argparse.Namespace, node: str, dry_run: bool) -> AgentOptions:
     from webhook.agent.agent import AgentOptions
 
     try:
@@ -53,7 +58,7 @@ def _options(args: argparse.Namespace, node: str, dry_run: bool):  # type: ignor
     return AgentOptions(node, thresholds, transition, (args.config_namespace, args.config_name), dry_run)
 
 
-def _collector(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _collector(args: argparse.Namespace) -> Collector:
     from webhook.agent.collectors import CollectError, Collector
 
     collector = Collector(Path(args.proc_root), Path(args.cgroup_root))
@@ -67,7 +72,7 @@ def _collector(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     return collector
 
 
-def _live_source(state: ClusterState, kubeconfig: str | None, node: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _live_source(state: ClusterState, kubeconfig: str | None, node: str, args: argparse.Namespace) -> Source:
     from webhook.cluster.sources import build_source
 
     return build_source(state, None, kubeconfig, kinds=AGENT_KINDS,

@@ -21,7 +21,7 @@ from webhook.admission.review import encode_response
 from webhook.admission.service import Answer, Endpoint, ReviewService
 from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
 from webhook.cluster.files import StateFileError
-from webhook.cluster.sources import LiveSourceError, build_source, describe
+from webhook.cluster.sources import LiveSourceError, Source, build_source, describe
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 log = logging.getLogger("colocation-webhook")
@@ -37,7 +37,8 @@ def _settings(quota_config: Path | None) -> Settings:
         raise UsageError(f"--quota-config: {exc}") from None
 
 
-def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: bool = False):  # type: ignore[no-untyped-def]
+def _state(cluster_state: Path | None, kubeconfig: str | None = None,
+           watch: bool = False) -> tuple[ClusterState, Source]:
     state = ClusterState(WEBHOOK_KINDS)
     try:
         source = build_source(state, cluster_state, kubeconfig, watch_files=watch)

@@ -60,6 +60,7 @@ def _documents(path: Path) -> Iterable[tuple[int, Any, Any]]:
     try:
         while loader.check_node():
             node = loader.get_node()
+            assert node is not None  # check_node() said there is one
             yield node.start_mark.line + 1, loader.construct_document(node), node
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc) from exc

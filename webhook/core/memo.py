@@ -19,22 +19,26 @@ import functools
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar, cast
 
-A = TypeVar("A", contravariant=True)
-R = TypeVar("R", covariant=True)
+A = TypeVar("A")
+R = TypeVar("R")
+A_contra = TypeVar("A_contra", contravariant=True)
+R_co = TypeVar("R_co", covariant=True)
 
 MAX_TEXT = 64
 MAX_ENTRIES = 4096
 _ALL: list[Memo[Any, Any]] = []
 
 
-class Memo(Protocol[A, R]):
+class Memo(Protocol[A_contra, R_co]):
     """A memoised function: call it like the function; ``entries`` holds what it remembers."""
 
     __name__: str
-    __wrapped__: Callable[[A], R]
     entries: dict[str, Any]
 
-    def __call__(self, raw: A, /) -> R: ...
+    @property
+    def __wrapped__(self) -> Callable[[A_contra], R_co]: ...
+
+    def __call__(self, raw: A_contra, /) -> R_co: ...
 
 
 def memo(fn: Callable[[A], R]) -> Memo[A, R]:
@@ -42,15 +46,16 @@ def memo(fn: Callable[[A], R]) -> Memo[A, R]:
     entries: dict[str, Any] = {}
 
     def remembered(raw: A, /) -> R:
+        key: Any = raw
         try:
-            return cast(R, entries[raw])  # a text hit; an unhashable raw raises TypeError, a number misses
+            return cast(R, entries[key])  # a text hit; an unhashable raw raises TypeError, a number misses
         except (KeyError, TypeError):
             pass
         value = fn(raw)
-        if type(raw) is str and len(raw) <= MAX_TEXT:  # exact str only: never a subclass or a number
+        if type(key) is str and len(key) <= MAX_TEXT:  # exact str only: never a subclass or a number
             if len(entries) >= MAX_ENTRIES:
                 entries.clear()
-            entries[raw] = value
+            entries[key] = value
         return value
 
     functools.update_wrapper(remembered, fn)  # name, docstring and __wrapped__ of the function

@@ -43,7 +43,7 @@ def kube_qos_class(pod: dict[str, Any]) -> str:
     """Guaranteed, Burstable or BestEffort, by the kubelet's rules (status.qosClass wins)."""
     status_qos = (pod.get("status") or {}).get("qosClass")
     if status_qos:
-        return status_qos
+        return str(status_qos)
     spec = pod.get("spec") or {}
     requests: dict[str, Any] = {}
     limits: dict[str, Any] = {}

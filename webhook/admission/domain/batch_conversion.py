@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.admission.domain.strategic_merge import clone
 from webhook.core.memo import memo
 from webhook.core.priority import KOORD_BATCH, KOORD_MID, band_of
 from webhook.core.quantity import (
@@ -31,7 +32,6 @@ from webhook.core.resources import (
     resource_lists,
     shown,
 )
-from webhook.admission.domain.strategic_merge import clone
 
 TARGETS: dict[str, tuple[str, str]] = {KOORD_BATCH: (BATCH_CPU, BATCH_MEMORY), KOORD_MID: (MID_CPU, MID_MEMORY)}
 
@@ -70,7 +70,7 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
     out: dict[str, Any] = {}
     done: list[str] = []
     for name, raw in values.items():
-        if name == CPU or name == MEMORY:
+        if name in (CPU, MEMORY):
             try:
                 text = milli_cores_text(raw) if name == CPU else bytes_text(raw)
             except QuantityError:

@@ -6,6 +6,7 @@ order and every error is collected; callers join them with ``fielderrors.aggrega
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 from webhook.core.fielderrors import forbidden, invalid, required
@@ -62,7 +63,7 @@ def pod_errors(pod: dict[str, Any]) -> list[str]:
                 errors.append(forbidden("Pod", f"{QOS_LABEL}={qos} and priorityClass={klass} "
                                                "cannot be used in combination"))
     if qos in ("LSR", "LSE"):
-        cpu = requests.get(CPU, 0)
+        cpu = requests.get(CPU, Decimal(0))
         if cpu == 0:
             # Upstream says "LSR" for LSE pods too.
             errors.append(required(_CPU_PATH, "LSR Pod must declare the requested CPUs"))

@@ -76,6 +76,13 @@ def _look(doc: Any, path: Path) -> Any:
     return cur
 
 
+def _holds(container: Any, key: str | int) -> bool:
+    """Whether ``container[key]`` exists: a key of a map, or an index within a list."""
+    if isinstance(container, dict):
+        return key in container
+    return isinstance(container, list) and isinstance(key, int) and 0 <= key < len(container)
+
+
 class PatchBuilder:
     """Applies changes to ``doc`` (copy on write: the object passed in is never changed) and records
     the JSON Patch operations. ``doc`` is the current document."""
@@ -135,7 +142,7 @@ class PatchBuilder:
         below a missing parent fails upstream)."""
         cur: Any = self.doc
         for i, p in enumerate(path[:-1]):
-            nxt = cur.get(p) if isinstance(cur, dict) else (cur[p] if isinstance(cur, list) else None)
+            nxt = cur[p] if _holds(cur, p) else None
             if not isinstance(nxt, (dict, list)):
                 nested: Any = value
                 for q in reversed(path[i + 1:]):
@@ -147,11 +154,9 @@ class PatchBuilder:
             cur = self._child(cur, p)
 
     def remove(self, path: Path) -> bool:
-        parent = _get(self.doc, path[:-1])
-        last = path[-1]
-        if not (isinstance(parent, dict) and last in parent
-                or isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
+        if not _holds(_get(self.doc, path[:-1]), path[-1]):
             return False
+        last = path[-1]
         del self._writable(path[:-1])[last]
         self._record("remove", path)
         return True
@@ -161,8 +166,7 @@ class PatchBuilder:
         lists of equal length element by element, anything else replaced whole)."""
         parent = _get(self.doc, path[:-1])
         last = path[-1]
-        if isinstance(parent, dict) and last in parent or (
-                isinstance(parent, list) and isinstance(last, int) and 0 <= last < len(parent)):
+        if _holds(parent, last):
             if parent[last] is not new:
                 self._merge_into(self._writable(path[:-1]), last, path, new)
         else:
@@ -179,7 +183,7 @@ class PatchBuilder:
             if any(map(is_not, old, new)):
                 mine = self._child(parent, key)
                 for i, v in enumerate(new):
-                    self._merge_into(mine, i, path + (i,), v)
+                    self._merge_into(mine, i, (*path, i), v)
         elif old != new or type(old) is not type(new):
             parent[key] = new
             self._record("replace", path, new)
@@ -193,13 +197,13 @@ class PatchBuilder:
         mine = self._child(parent, key)
         for k in removed:
             del mine[k]
-            self._record("remove", path + (k,))
+            self._record("remove", (*path, k))
         for k in changed:
             if k in mine:
-                self._merge_into(mine, k, path + (k,), new[k])
+                self._merge_into(mine, k, (*path, k), new[k])
             else:
                 mine[k] = new[k]
-                self._record("add", path + (k,), new[k])
+                self._record("add", (*path, k), new[k])
 
 
 def _unescape(token: str) -> str:

@@ -16,10 +16,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.admission.domain.strategic_merge import StrategicMergeError, clone, merge
 from webhook.core.priority import SUB_PRIORITY_LABEL, preemption_policy_of
 from webhook.core.qos import KOORD_QOS_CLASSES, QOS_LABEL
 from webhook.core.selectors import CompiledSelector, SelectorError, compile_selector, describe_selector
-from webhook.admission.domain.strategic_merge import StrategicMergeError, clone, merge
 
 SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
 _PERCENT = re.compile(r"^([0-9]+)%$")
@@ -104,9 +104,14 @@ class Profile:
         return spec if isinstance(spec, dict) else {}
 
 
+def _map(obj: Mapping[str, Any], key: str) -> dict[str, Any]:
+    value = obj.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def compile_profile(obj: dict[str, Any]) -> Profile:
     """Check every field once; a bad one leaves ``error`` set and the profile never matches."""
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    meta = _map(obj, "metadata")
     p = Profile(name=str(meta.get("name") or ""), obj=obj)
     p.skip_update_resources = SKIP_UPDATE_RESOURCES in (meta.get("annotations") or {})
     spec = obj.get("spec", {})
@@ -176,7 +181,7 @@ def _append_suffix(value: str, suffix: str, tail: str) -> str:
 def apply_profile(pod: dict[str, Any], p: Profile, lookup_class: Callable[[str], dict[str, Any] | None],
                   tail: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The pod after one profile, in Koordinator's order (koordinator.md §2.4). Raises ApplyError."""
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    meta = _map(pod, "metadata")
     labels = dict(meta.get("labels") or {})
     annotations = dict(meta.get("annotations") or {})
     labels.update(p.labels)
@@ -272,11 +277,13 @@ class NamespaceProfiles:
         self._scan: list[int] = []
         self._by_key_present: dict[str, list[int]] = {}
         self.by_key: dict[str, list[int]] = {}
+        self._selector: dict[int, CompiledSelector] = {}  # the candidates that have a selector
         for i in candidates:
             sel = profiles[i].selector
             if sel is None:
                 self._always.append(i)
                 continue
+            self._selector[i] = sel
             # Index under one condition the pod must meet: a matchLabels pair, else each value of
             # an In expression (a pod has one value per key, so at most one hit), else an Exists key.
             required_in = next((e for e in sel.expressions if e[0] == "In"), None)
@@ -297,27 +304,16 @@ class NamespaceProfiles:
         self.label_keys_read = frozenset(self.by_key).union(
             *(profiles[i].label_keys_mapping.keys() | profiles[i].label_suffixes.keys() for i in candidates))
 
+    def _passes(self, i: int, labels: Mapping[str, str], draw: int) -> bool:
+        return draw < self.profiles[i].percent and self._selector[i].matches(labels)
+
     def select(self, labels: Mapping[str, str], draw: int) -> list[int]:
         """Indices (name order) of the profiles that match ``labels`` and whose probability passes."""
-        profiles = self.profiles
-        hits = [i for i in self._always if draw < profiles[i].percent]
-        by_pair = self._by_pair
-        if by_pair:
-            for pair in labels.items():
-                for i in by_pair.get(pair, ()):
-                    p = profiles[i]
-                    if draw < p.percent and p.selector.matches(labels):  # type: ignore[union-attr]
-                        hits.append(i)
+        hits = [i for i in self._always if draw < self.profiles[i].percent]
+        maybe = [i for pair in labels.items() for i in self._by_pair.get(pair, ())] if self._by_pair else []
         if self._by_key_present:
-            for key in labels:
-                for i in self._by_key_present.get(key, ()):
-                    p = profiles[i]
-                    if draw < p.percent and p.selector.matches(labels):  # type: ignore[union-attr]
-                        hits.append(i)
-        for i in self._scan:
-            p = profiles[i]
-            if draw < p.percent and p.selector.matches(labels):  # type: ignore[union-attr]
-                hits.append(i)
+            maybe += [i for key in labels for i in self._by_key_present.get(key, ())]
+        hits += [i for i in (*maybe, *self._scan) if self._passes(i, labels, draw)]
         hits.sort()
         return hits
 
@@ -328,10 +324,8 @@ class NamespaceProfiles:
             affected.update(self.by_key.get(k, ()))
         if not affected:
             return previous
-        profiles = self.profiles
         kept = [i for i in previous if i not in affected]
-        kept.extend(i for i in affected
-                    if draw < profiles[i].percent and profiles[i].selector.matches(labels))  # type: ignore[union-attr]
+        kept.extend(i for i in affected if self._passes(i, labels, draw))
         kept.sort()
         return kept
 
@@ -392,7 +386,7 @@ def resolve(view: NamespaceProfiles, pod: dict[str, Any], draw: int,
         chosen = [profiles[i] for i in idx]
         tails = suffix_tails(chosen)
         new = cur
-        for p, tail in zip(chosen, tails):
+        for p, tail in zip(chosen, tails, strict=False):
             try:
                 new = apply_profile(new, p, lookup_class, tail)
             except ApplyError as exc:

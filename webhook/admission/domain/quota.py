@@ -15,15 +15,15 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.core.qos import kube_qos_class
-from webhook.core.resources import CPU, MEMORY, pod_requests
 from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.resources import CPU, MEMORY, pod_requests
 from webhook.core.selectors import expression_matches
 
 SCOPE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 # Scopes a pod is evaluated against; VolumeAttributesClass belongs to PVCs and never matches a pod.
 POD_SCOPES = ("Terminating", "NotTerminating", "BestEffort", "NotBestEffort", "PriorityClass",
               "CrossNamespacePodAffinity")
-KNOWN_SCOPES = POD_SCOPES + ("VolumeAttributesClass",)
+KNOWN_SCOPES = (*POD_SCOPES, "VolumeAttributesClass")
 EXISTS_ONLY_SCOPES = ("Terminating", "NotTerminating", "BestEffort", "NotBestEffort", "CrossNamespacePodAffinity")
 
 POD_COUNT = "count/pods"
@@ -209,7 +209,8 @@ def quota_tracked_resources(quota: dict[str, Any]) -> set[str]:
     status_hard = _obj(quota.get("status")).get("hard")
     hard = status_hard if isinstance(status_hard, dict) else _obj(_obj(quota.get("spec")).get("hard"))
     return {n for n in hard if isinstance(n, str) and (
-        n in POD_QUOTA_RESOURCES or n.startswith(POD_QUOTA_PREFIXES) or (not _is_native(n) and n.startswith(REQUESTS_PREFIX)))}
+        n in POD_QUOTA_RESOURCES or n.startswith(POD_QUOTA_PREFIXES)
+        or (not _is_native(n) and n.startswith(REQUESTS_PREFIX)))}
 
 
 def quota_matches_pod(quota: dict[str, Any], pod: dict[str, Any]) -> bool:

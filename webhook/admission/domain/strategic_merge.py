@@ -82,16 +82,15 @@ def merge(original: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
             raise StrategicMergeError(f"{_where(path)}: keys must be strings, got {key!r}")
         if key.startswith("$"):
             continue  # $patch handled above; $setElementOrder/..., $retainKeys carry no new values
-        sub = path + (key,)
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, dict) and value.get(_DIRECTIVE) == "delete":
+        sub = (*path, key)
+        if value is None or (isinstance(value, dict) and value.get(_DIRECTIVE) == "delete"):
             result.pop(key, None)
         elif isinstance(value, list) and sub in MERGE_KEYS:
             result[key] = _merge_list(result.get(key), value, sub, MERGE_KEYS[sub])
         elif isinstance(value, list) and sub in PRIMITIVE_MERGE_LISTS:
-            current = result.get(key) if isinstance(result.get(key), list) else []
-            result[key] = list(current) + [clone(v) for v in value if v not in current]
+            current = result.get(key)
+            current = current if isinstance(current, list) else []
+            result[key] = [*current, *(clone(v) for v in value if v not in current)]
         else:
             result[key] = merge(result.get(key), value, sub)
     return result

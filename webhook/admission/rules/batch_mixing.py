@@ -8,9 +8,9 @@ that is no quantity (what the apiserver's decoder refuses), so the rules after i
 from __future__ import annotations
 
 from webhook.admission.context import ValidatingContext
+from webhook.admission.domain.batch_validation import mixing_error
 from webhook.admission.response import Denial, bad_request, denied
 from webhook.admission.review import AdmissionRequest
-from webhook.admission.domain.batch_validation import mixing_error
 from webhook.core.fielderrors import aggregate
 from webhook.core.resources import pod_shape_error, quantity_errors
 

@@ -12,17 +12,19 @@ another one is left as it is; a converted koord-batch pod that states no QoS cla
 
 from __future__ import annotations
 
+from typing import Any
+
 from webhook.admission.context import MutatingContext
+from webhook.admission.domain.batch_conversion import Path, convert_pod, cpu_notes, targets_for
+from webhook.admission.domain.batch_validation import small_batch_cpu_warnings
 from webhook.admission.response import Denial, bad_request
 from webhook.admission.review import AdmissionRequest
-from webhook.admission.domain.batch_conversion import convert_pod, cpu_notes, targets_for
 from webhook.core.extended_resource_spec import (
     EXTENDED_RESOURCE_SPEC,
     encode_extended_resource_spec,
     extended_resource_spec,
     same_extended_resource_spec,
 )
-from webhook.admission.domain.batch_validation import small_batch_cpu_warnings
 from webhook.core.fielderrors import aggregate
 from webhook.core.priority import band_of
 from webhook.core.qos import (
@@ -64,7 +66,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
         ctx.warn(text)
         ctx.note(NAME, f"warning: {text}")
     priority = ctx.facts.priority if ctx.facts.priority is not None else spec.get("priority")
-    targets = targets_for(priority)
+    targets = targets_for(priority)  # None unless priority is an int of a band
     qos = koord_qos_class(ctx.pod)  # the label, or the legacy alibabacloud.com/qosClass annotation
     if targets is None:
         ctx.note(NAME, f"priority {priority} is not in the koord-batch or koord-mid band: no conversion")
@@ -75,12 +77,13 @@ def admit(ctx: MutatingContext) -> Denial | None:
         ctx.note(NAME, f"skipped: a matched profile ({', '.join(ctx.facts.matched_profiles)}) has "
                        "config.koordinator.sh/skip-update-resources")
     else:
+        assert isinstance(priority, int)  # targets_for found a band for it
         _convert(ctx, spec, priority, targets)
     _write_spec_annotation(ctx)
     return None
 
 
-def _asks_native(spec: dict) -> bool:  # type: ignore[type-arg]
+def _asks_native(spec: dict[str, Any]) -> bool:
     for _, _, c in iter_containers(spec):
         res = c.get("resources")
         if not isinstance(res, dict):  # malformed: the validating rules report it
@@ -92,7 +95,7 @@ def _asks_native(spec: dict) -> bool:  # type: ignore[type-arg]
     return False
 
 
-def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None:  # type: ignore[no-untyped-def, type-arg]
+def _convert(ctx: MutatingContext, spec: dict[str, Any], priority: int, targets: tuple[str, str]) -> None:
     changes, skipped = convert_pod(spec, *targets)
     band = band_of(priority)
     cpu_name, mem_name = targets
@@ -108,7 +111,7 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
                                     for p, _, _ in changes}
     ctx.facts.converted.update(owners)
     notes = cpu_notes(spec, owners, cpu_name)
-    where = [_where(spec, path) for path, _new, _done in changes]
+    where = [_owner(spec, path) for path, _new, _done in changes]
     for path, new, _done in changes:
         # One explicit op per converted ResourceList (the whole list replaced): the same change as
         # remove-cpu/add-batch-cpu pairs, in a quarter of the ops.
@@ -133,7 +136,7 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
     for text in notes:
         ctx.warn(text)
     if ctx.explain is not None:
-        for text, (_path, _new, done) in zip(where, changes):
+        for text, (_path, _new, done) in zip(where, changes, strict=False):
             ctx.note(NAME, f"{text}: converted {', '.join(done)}")
         if set_qos:
             ctx.note(NAME, f"the pod states no QoS class: {QOS_LABEL}={qos}, the class of {band}")
@@ -141,24 +144,16 @@ def _convert(ctx, spec: dict, priority: int, targets: tuple[str, str]) -> None: 
             ctx.note(NAME, f"warning: {text}")
 
 
-def _owner(spec: dict, path: tuple) -> str:  # type: ignore[type-arg]
+def _owner(spec: dict[str, Any], path: Path) -> str:
     """``container "app"``, ``init container "setup"`` or ``pod overhead``, as the validating rules say."""
     if path == ("spec", "overhead"):
         return "pod overhead"
-    field, index = path[1], path[2]
+    field, index = str(path[1]), int(path[2])
     name = spec[field][index].get("name", "")
     return f'init container "{name}"' if field == "initContainers" else f'container "{name}"'
 
 
-def _where(spec: dict, path: tuple) -> str:  # type: ignore[type-arg]
-    if path == ("spec", "overhead"):
-        return "overhead"
-    field, index = path[1], path[2]
-    name = spec[field][index].get("name") or f"#{index}"
-    return f"init container {name}" if field == "initContainers" else f"container {name}"
-
-
-def _write_spec_annotation(ctx) -> None:  # type: ignore[no-untyped-def]
+def _write_spec_annotation(ctx: MutatingContext) -> None:
     spec = ctx.pod.get("spec") or {}
     wanted = extended_resource_spec(spec)
     annotations = (ctx.pod.get("metadata") or {}).get("annotations") or {}

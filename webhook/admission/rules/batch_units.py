@@ -7,9 +7,9 @@ which still sees what the user wrote (here a converted ``cpu: 50m`` reads "50" a
 from __future__ import annotations
 
 from webhook.admission.context import ValidatingContext
+from webhook.admission.domain.batch_validation import unit_problems
 from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
-from webhook.admission.domain.batch_validation import unit_problems
 from webhook.core.fielderrors import aggregate
 
 NAME = "batch-units"

@@ -10,9 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.admission.context import MutatingContext
-from webhook.admission.response import Denial, forbidden
-from webhook.admission.review import AdmissionRequest
-from webhook.cluster.state import ClusterState
 from webhook.admission.domain.profiles import (
     ApplyError,
     ProfileSet,
@@ -22,6 +19,9 @@ from webhook.admission.domain.profiles import (
     probability_draw,
     resolve,
 )
+from webhook.admission.response import Denial, forbidden
+from webhook.admission.review import AdmissionRequest
+from webhook.cluster.state import ClusterState
 from webhook.core.qos import QOS_LABEL
 
 NAME = "colocation-profile"

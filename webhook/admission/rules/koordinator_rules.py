@@ -8,10 +8,10 @@ koord-prod; LSR/LSE request whole cpus; on UPDATE the QoS class, the priority cl
 from __future__ import annotations
 
 from webhook.admission.context import ValidatingContext
+from webhook.admission.domain.koord_rules import immutable_errors, pod_errors
 from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.fielderrors import aggregate
-from webhook.admission.domain.koord_rules import immutable_errors, pod_errors
 from webhook.core.priority import koord_priority_class
 from webhook.core.qos import koord_qos_class
 

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.core.qos import is_be
-from webhook.core.resources import MEMORY, pod_requests
-from webhook.core.quantity import int_value
 from webhook.agent.domain.thresholds import KUBELET, WATERMARK, Observation, Threshold, amount_to_free, node_low_message
+from webhook.core.qos import is_be
+from webhook.core.quantity import int_value
+from webhook.core.resources import MEMORY, pod_requests
 
 EVICT_BY_NODE_MEMORY_USAGE = "EvictPodByNodeMemoryUsage"   # the percentage watermark
 KUBELET_EVICTED = "Evicted"                                # a kubelet-style threshold
@@ -121,7 +121,7 @@ class EvictionMemory:
     def in_cooldown(self, now: float, cooldown: float = COOLDOWN_SECONDS) -> bool:
         return self.last_evict_time is not None and now < self.last_evict_time + cooldown
 
-    def pruned(self, now: float, ttl: float = EVICTED_TTL_SECONDS) -> "EvictionMemory":
+    def pruned(self, now: float, ttl: float = EVICTED_TTL_SECONDS) -> EvictionMemory:
         return EvictionMemory(self.last_evict_time, {u: t for u, t in self.evicted.items() if now - t < ttl})
 
 

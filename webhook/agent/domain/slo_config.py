@@ -154,9 +154,10 @@ def _overrides(model: type[_Strict], key: str, list_name: str, items: Any) -> tu
         where = f"{list_name}[{i}]"
         if not isinstance(item, dict):
             raise SloConfigError(f"{key}: {where}: must be an object")
-        name = item.get("name") if isinstance(item.get("name"), str) else ""
+        name = item.get("name")
+        name = name if isinstance(name, str) else ""
         selector = item.get("nodeSelector")
-        if selector_is_empty(selector):
+        if selector is None or selector_is_empty(selector):
             # koord-manager's ConfigMap webhook text.
             raise SloConfigError(f"{list_name} NodeSelector must not empty error! configType: {key},"
                                  f"nodeConfig name:{name}")
@@ -165,7 +166,7 @@ def _overrides(model: type[_Strict], key: str, list_name: str, items: Any) -> tu
         except SelectorError as exc:
             raise SloConfigError(f"{key}: {exc}") from None
         fields = {k: v for k, v in item.items() if k not in ("name", "nodeSelector")}
-        out.append(_Override(name, selector, _fields(model, key, where, fields)))
+        out.append(_Override(name, selector, _fields(model, key, where, fields)))  # validated: a Mapping
     return tuple(out)
 
 

@@ -59,7 +59,8 @@ def _flag(name: str) -> Iterator[None]:
 
 
 def _f32(x: float) -> float:
-    return struct.unpack("f", struct.pack("f", x))[0]
+    value: float = struct.unpack("f", struct.pack("f", x))[0]
+    return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,8 @@ def _pairs(flag: str, raw: str | None, sep: str) -> dict[str, str]:
             continue
         kv = part.split(sep, 1)
         if len(kv) != 2:
-            raise ThresholdError(f'invalid argument "{raw}" for "{flag}" flag: malformed pair, expect string{sep}string')
+            raise ThresholdError(
+                f'invalid argument "{raw}" for "{flag}" flag: malformed pair, expect string{sep}string')
         out[kv[0].strip()] = kv[1].strip()
     return out
 
@@ -227,7 +229,8 @@ def parse_transition_period(raw: str | None) -> float:
     try:
         return parse_duration(raw)
     except DurationError as exc:
-        raise ThresholdError(f'invalid argument "{raw}" for "--eviction-pressure-transition-period" flag: {exc}') from None
+        flag = "--eviction-pressure-transition-period"
+        raise ThresholdError(f'invalid argument "{raw}" for "{flag}" flag: {exc}') from None
 
 
 def watermark_threshold(threshold_percent: int, lower_percent: int) -> Threshold:
