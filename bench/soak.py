@@ -42,7 +42,7 @@ def main() -> int:
     ap.add_argument("--sample", type=float, default=30)
     ap.add_argument("--review", type=Path, default=DEFAULT_REVIEW)
     args = ap.parse_args()
-    from webhook.tls import ensure_localhost
+    from webhook.tls.certs import ensure_localhost
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if hasattr(os, "sched_setaffinity"):

@@ -99,7 +99,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         sys.path.insert(0, str(ROOT))
-        from webhook.tls import ensure_localhost
+        from webhook.tls.certs import ensure_localhost
 
         certs, _ = ensure_localhost(work / "certs")
         port_ours, port_echo = free_port(), free_port()

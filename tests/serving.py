@@ -17,7 +17,7 @@ import uvicorn
 from webhook.admission import chain
 from webhook.admission.app import create_server
 from webhook.cluster.state import ClusterState
-from webhook.tls import CertPaths, ensure_localhost
+from webhook.tls.certs import CertPaths, ensure_localhost
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

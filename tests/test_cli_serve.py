@@ -60,7 +60,7 @@ def test_serve_with_no_flags_runs_on_the_embedded_state(tmp_path: Path) -> None:
 
 
 def test_serve_reuses_valid_certificates(tmp_path: Path) -> None:
-    from webhook.tls import ensure_localhost
+    from webhook.tls.certs import ensure_localhost
 
     paths, created = ensure_localhost(tmp_path / "certs")
     assert created

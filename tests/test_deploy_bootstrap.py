@@ -25,9 +25,9 @@ import yaml
 from cryptography import x509
 
 from tests.apiserver import Received, ReplayAPIServer, Route, load_exchange
-from webhook.certbootstrap import ApiCall, Target, api_calls
 from webhook.cli.webhook import main
-from webhook.tls import generate, service_names
+from webhook.tls.bootstrap import ApiCall, Target, api_calls
+from webhook.tls.certs import generate, service_names
 
 ROOT = Path(__file__).resolve().parents[1]
 NS, SERVICE, SECRET = "colocation-system", "colocation-webhook", "colocation-webhook-tls"

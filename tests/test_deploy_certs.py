@@ -27,10 +27,10 @@ from cryptography.x509.oid import NameOID
 
 from tests.serving import free_port
 from webhook.admission.app import create_app
-from webhook.certwatch import CertWatcher, WatchingServer
 from webhook.cli.webhook import main
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
-from webhook.tls import CertPaths, CertsError, check_pair, generate, service_names
+from webhook.tls.certs import CertPaths, CertsError, check_pair, generate, service_names
+from webhook.tls.watch import CertWatcher, WatchingServer
 
 SERVICE_NAMES = ["colocation-webhook", "colocation-webhook.koordinator-system",
                  "colocation-webhook.koordinator-system.svc",
@@ -315,7 +315,7 @@ def test_serve_reloads_renewed_files(tmp_path: Path) -> None:
     import sys
 
     from webhook.cluster.sources import example_folder
-    from webhook.tls import generate_for_service
+    from webhook.tls.certs import generate_for_service
 
     certs = tmp_path / "certs"
     generate(certs, ["localhost", "127.0.0.1"])

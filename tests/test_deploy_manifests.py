@@ -3,7 +3,7 @@
 Everything the manifests must agree with is derived from the code: the paths and probes from the FastAPI
 app's routes, the RBAC rules from the kinds the programs list/watch (``webhook.cluster.state``), the
 calls the agent makes (``webhook.agent.actions.API_CALLS``) and the calls the certificate bootstrap makes
-(``webhook.certbootstrap.api_calls``), the CLI flags from the argument parsers. What each install path
+(``webhook.tls.bootstrap.api_calls``), the CLI flags from the argument parsers. What each install path
 applies (and so deletes) is checked against the table in docs/deploy.md.
 """
 
@@ -23,11 +23,11 @@ import yaml
 from cryptography import x509
 
 from webhook.admission.app import create_app
-from webhook.certbootstrap import Target, api_calls
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, WEBHOOK_KINDS, ClusterState
 from webhook.core.selectors import matches
-from webhook.tls import service_names
+from webhook.tls.bootstrap import Target, api_calls
+from webhook.tls.certs import service_names
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"

@@ -56,21 +56,22 @@ MAX_PASSES = 3  # a rerun is asked for once per pod (a label set where none was)
 C = TypeVar("C", bound=_Context)
 
 
-def _active(rules: tuple[Any, ...], request: AdmissionRequest, explain: list[str] | None) -> list[Any]:
+def _begin(rules: tuple[Any, ...], request: AdmissionRequest,
+           explain: list[str] | None) -> tuple[list[Any], dict[str, Any]] | Decision:
+    """The rules that handle the request and the object they work on, or the answer when there is nothing
+    to run (no rule handles it: allowed; an object that is no object: 400)."""
     active = [r for r in rules if r.handles(request)]
     if explain is not None:
         sub = "/" + request.subResource if request.subResource else ""
         explain.extend(f"[{r.NAME}] skipped: does not handle {request.operation} {request.resource.resource}{sub}"
                        for r in rules if r not in active)
-    return active
-
-
-def _object(request: AdmissionRequest) -> dict[str, Any] | Decision:
+    if not active:
+        return Decision()
     obj = request.object
     if not isinstance(obj, dict):
         return errored(400, f"request.object must be a {request.kind.kind or 'Pod'} object for "
                             f"{request.operation}, got {type(obj).__name__}")
-    return obj
+    return active, obj
 
 
 def _run(steps: list[tuple[str, Callable[[C], Denial | None]]], ctx: C) -> Decision | None:
@@ -89,12 +90,10 @@ def _run(steps: list[tuple[str, Callable[[C], Denial | None]]], ctx: C) -> Decis
 
 def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
            explain: list[str] | None = None, rules: tuple[MutatingRule, ...] = MUTATING) -> Decision:
-    active = _active(rules, request, explain)
-    if not active:
-        return Decision()
-    obj = _object(request)
-    if isinstance(obj, Decision):
-        return obj
+    begun = _begin(rules, request, explain)
+    if isinstance(begun, Decision):
+        return begun
+    active, obj = begun
     # The builder copies on write, so the rules see their own changes while request.object stays as it
     # came (the final no-op check compares against it); no deep copy of the pod.
     patch = PatchBuilder(obj)
@@ -125,12 +124,10 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
 
 def validate(request: AdmissionRequest, state: ClusterState, settings: Settings,
              explain: list[str] | None = None, rules: tuple[ValidatingRule, ...] = VALIDATING) -> Decision:
-    active = _active(rules, request, explain)
-    if not active:
-        return Decision()
-    obj = _object(request)
-    if isinstance(obj, Decision):
-        return obj
+    begun = _begin(rules, request, explain)
+    if isinstance(begun, Decision):
+        return begun
+    active, obj = begun
     ctx = ValidatingContext(request, state, settings, obj, request.oldObject, explain)
     denial = _run([(r.NAME, r.validate) for r in active], ctx)
     # No patch here, by construction: a validating context has no patch builder.

@@ -54,8 +54,8 @@ def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from webhook.admission.app import create_server
-    from webhook.certwatch import CertWatcher, WatchingServer, wait_for_pair
-    from webhook.tls import ensure_localhost
+    from webhook.tls.certs import ensure_localhost
+    from webhook.tls.watch import CertWatcher, WatchingServer, wait_for_pair
 
     setup_logging(args.log_format)
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
@@ -205,7 +205,7 @@ def review(args: argparse.Namespace) -> int:
 
 # -- certs --------------------------------------------------------------------------------------
 def certs_generate(args: argparse.Namespace) -> int:
-    from webhook.tls import CertsError, generate_for_service
+    from webhook.tls.certs import CertsError, generate_for_service
 
     try:
         paths, what = generate_for_service(args.out, args.service, args.namespace, days=args.days,
@@ -218,7 +218,7 @@ def certs_generate(args: argparse.Namespace) -> int:
 
 
 def certs_ca_bundle(args: argparse.Namespace) -> int:
-    from webhook.tls import CertsError, ca_bundle
+    from webhook.tls.certs import CertsError, ca_bundle
 
     try:
         print(ca_bundle(args.out))
@@ -229,8 +229,8 @@ def certs_ca_bundle(args: argparse.Namespace) -> int:
 
 def certs_bootstrap(args: argparse.Namespace) -> int:
     """In-cluster (the install's Job): exit 0 done, 1 an API request failed (the Job retries), 2 unusable input."""
-    from webhook.certbootstrap import BootstrapError, BootstrapInputError, Target, bootstrap
     from webhook.cluster.live import _client_configuration
+    from webhook.tls.bootstrap import BootstrapError, BootstrapInputError, Target, bootstrap
 
     setup_logging(args.log_format)
     target = Target(namespace=args.namespace, service=args.service, secret_name=args.secret_name,

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from cryptography import x509
 
-from webhook.tls import issue, pair_problem, service_names
+from webhook.tls.certs import issue, pair_problem, service_names
 
 log = logging.getLogger("colocation-webhook.certs")
 

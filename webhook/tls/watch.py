@@ -33,9 +33,9 @@ from types import FrameType
 import uvicorn
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from webhook.tls import CertsError, check_pair
+from webhook.tls.certs import CertsError, check_pair
 
-log = logging.getLogger("webhook.certwatch")
+log = logging.getLogger("webhook.tls.watch")
 logging.getLogger("watchfiles.main").setLevel(logging.WARNING)  # it logs every batch of changes at INFO
 POLL_SECONDS = 10.0  # controller-runtime's default watch interval
 
