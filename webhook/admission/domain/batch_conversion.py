@@ -27,9 +27,9 @@ from webhook.core.resources import (
     MEMORY,
     MID_CPU,
     MID_MEMORY,
+    ResourceList,
     asks,
     iter_containers,
-    resource_lists,
     shown,
 )
 
@@ -160,24 +160,36 @@ def _clash(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[str, A
     return None
 
 
-def cpu_notes(spec: dict[str, Any], converted: set[tuple[str, int]], cpu_name: str) -> list[str]:
-    """What a conversion makes of a cpu that reads oddly, for the owners in ``converted`` ((field,
-    index) of a ``resources.resource_lists`` entry): a memory unit (``100Mi`` is 104857600 cores) or a
-    fraction of a milli-core (``0.5m``, rounded up to 1 as the kubelet does)."""
+@memo
+def _odd_cpu(raw: object) -> str | None:
+    """How a cpu quantity converts oddly, or None when plainly (or when it is no quantity): written in memory
+    units (``100Mi`` is 104857600 milli-cores), or a fraction of a milli-core (``0.5m``, rounded up to 1 as the
+    kubelet does). The text goes after the converted value."""
+    try:
+        q = parse_quantity(raw)
+    except QuantityError:
+        return None
+    if isinstance(raw, str) and raw[-2:] in BINARY_SUFFIXES:
+        return f"({format_decimal_si(q)} cores)"
+    return None if milli_value(q) == q * 1000 else "(rounded up)"
+
+
+def cpu_notes(lists: list[ResourceList], converted: set[tuple[str, int]], cpu_name: str) -> list[str]:
+    """What a conversion makes of a cpu that reads oddly (``_odd_cpu``), for the owners in ``converted``
+    ((field, index) of a ``lists`` entry, the pod's ``resources.resource_lists`` before the conversion)."""
     notes: list[str] = []
     short = cpu_name.rsplit("/", 1)[-1]
-    for owner, field, index, kind, values in resource_lists(spec):
-        if (field, index) not in converted or CPU not in values:
+    for owner, field, index, kind, values in lists:
+        raw = values.get(CPU)
+        if raw is None or (field, index) not in converted:
             continue
-        raw = values[CPU]
-        try:
-            q = parse_quantity(raw)
-        except QuantityError:
+        odd = _odd_cpu(raw)
+        if odd is None:
             continue
-        milli = milli_value(q)
         where = f"{owner}: {'cpu' if field == 'overhead' else kind + '.cpu'}"
-        if isinstance(raw, str) and raw[-2:] in BINARY_SUFFIXES:
-            notes.append(f'{where} "{raw}" is in memory units: {short} {milli} ({format_decimal_si(q)} cores)')
-        elif milli != q * 1000:
+        milli = milli_cores_text(raw)
+        if odd == "(rounded up)":
             notes.append(f'{where} "{shown(raw)}" is not whole milli-cores: {short} {milli} (rounded up)')
+        else:
+            notes.append(f'{where} "{raw}" is in memory units: {short} {milli} {odd}')
     return notes

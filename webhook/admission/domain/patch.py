@@ -115,9 +115,15 @@ class PatchBuilder:
 
     def _writable(self, keys: Path) -> Any:
         """The container at ``keys`` (every step a map or list), with each one on the way our own."""
+        own = self._own
         cur: Any = self.doc
-        for k in keys:
-            cur = self._child(cur, k)
+        for k in keys:  # _child, written out: every op walks its path
+            child = cur[k]
+            if id(child) not in own:
+                child = child.copy()
+                cur[k] = child
+                own[id(child)] = child
+            cur = child
         return cur
 
     def set(self, path: Path, value: Any) -> bool:

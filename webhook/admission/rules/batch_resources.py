@@ -36,6 +36,7 @@ from webhook.core.qos import (
 from webhook.core.resources import (
     CPU,
     MEMORY,
+    ResourceList,
     iter_containers,
     quantity_errors,
     resource_lists,
@@ -78,7 +79,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
                        "config.koordinator.sh/skip-update-resources")
     else:
         assert isinstance(priority, int)  # targets_for found a band for it
-        _convert(ctx, spec, priority, targets)
+        _convert(ctx, spec, lists, priority, targets)
     _write_spec_annotation(ctx)
     return None
 
@@ -95,7 +96,8 @@ def _asks_native(spec: dict[str, Any]) -> bool:
     return False
 
 
-def _convert(ctx: MutatingContext, spec: dict[str, Any], priority: int, targets: tuple[str, str]) -> None:
+def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceList], priority: int,
+             targets: tuple[str, str]) -> None:
     changes, skipped = convert_pod(spec, *targets)
     band = band_of(priority)
     cpu_name, mem_name = targets
@@ -110,7 +112,7 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], priority: int, targets:
     owners: set[tuple[str, int]] = {(str(p[1]), int(p[2])) if len(p) == 4 else ("overhead", 0)
                                     for p, _, _ in changes}
     ctx.facts.converted.update(owners)
-    notes = cpu_notes(spec, owners, cpu_name)
+    notes = cpu_notes(lists, owners, cpu_name)
     where = [_owner(spec, path) for path, _new, _done in changes]
     for path, new, _done in changes:
         # One explicit op per converted ResourceList (the whole list replaced): the same change as
