@@ -36,14 +36,19 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agent_trees import FakePod, write_cgroup_v2, write_proc  # noqa: E402
-from tests.apiserver import ReplayAPIServer  # noqa: E402
-from tests.kernel import (  # noqa: E402
-    RealCgroupRoot, allocator_code, crossing, meminfo_used, real_cgroup_root, v1_unavailable_reason,
+from tests.agent_trees import FakePod, write_cgroup_v2, write_proc
+from tests.apiserver import ReplayAPIServer
+from tests.kernel import (
+    RealCgroupRoot,
+    allocator_code,
+    crossing,
+    meminfo_used,
+    real_cgroup_root,
+    v1_unavailable_reason,
 )
-from webhook.agent.agent import Agent, AgentOptions  # noqa: E402
-from webhook.agent.collectors import Collector  # noqa: E402
-from webhook.cluster.state import AGENT_KINDS, ClusterState  # noqa: E402
+from webhook.agent.agent import Agent, AgentOptions
+from webhook.agent.collectors import Collector
+from webhook.cluster.state import AGENT_KINDS, ClusterState
 
 GI, MI = 2**30, 2**20
 NODE = "bench-node"

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.echo_app import app as echo  # noqa: E402
 from bench.webhook_load import DEFAULT_REVIEW  # noqa: E402
-from webhook.admission.app import create_app  # noqa: E402
+from webhook.admission.app import create_server  # noqa: E402
 from webhook.cluster.files import FilesSource  # noqa: E402
 from webhook.cluster.sources import example_folder  # noqa: E402
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState  # noqa: E402
@@ -69,7 +69,7 @@ def main() -> int:
     body = args.review.read_bytes()
     state = ClusterState(WEBHOOK_KINDS)
     FilesSource(example_folder(), state).load()
-    ours = create_app(state)
+    ours = create_server(state).asgi
     print(f"review: {args.review.name} ({len(body)} bytes); µs of CPU per request, best of 5 batches")
     for path in ("/mutate", "/validate"):
         for name, app in (("echo", echo), ("webhook", ours)):

@@ -31,7 +31,7 @@ from typing import Any
 import orjson
 
 from webhook.admission import chain
-from webhook.admission.patch import apply_ops
+from webhook.admission.domain.patch import apply_ops
 from webhook.admission.review import decode_review, encode_response, review_from_dict
 from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder

@@ -18,7 +18,6 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from urllib.parse import urlsplit
 
 
@@ -34,7 +33,7 @@ class Result:
         if not self.latencies_ms:
             return float("nan")
         data = sorted(self.latencies_ms)
-        return data[min(len(data) - 1, int(round(p / 100 * (len(data) - 1))))]
+        return data[min(len(data) - 1, round(p / 100 * (len(data) - 1)))]
 
     def summary(self) -> str:
         errs = sum(self.errors.values())

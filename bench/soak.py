@@ -42,7 +42,7 @@ def main() -> int:
     ap.add_argument("--sample", type=float, default=30)
     ap.add_argument("--review", type=Path, default=DEFAULT_REVIEW)
     args = ap.parse_args()
-    from webhook.tls import ensure_localhost
+    from webhook.tls.certs import ensure_localhost
 
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     if hasattr(os, "sched_setaffinity"):
@@ -84,9 +84,10 @@ def main() -> int:
     errors = sum(sum(r.errors.values()) for r in results)
     sent = sum(r.sent for r in results)
     print(f"soak: {sent} requests at {args.rate:.0f} rps over {args.duration:.0f}s (after {args.warmup:.0f}s warm-up)")
-    for name, r in zip(("/mutate", "/validate"), results):
+    for name, r in zip(("/mutate", "/validate"), results, strict=False):
         print(f"  {name}: {r.summary()}")
-    print("  RSS samples (s, MiB): " + ", ".join(f"{t:.0f}:{k / 1024:.1f}" for t, k in samples + [(args.duration, end)]))
+    points = [*samples, (args.duration, end)]
+    print("  RSS samples (s, MiB): " + ", ".join(f"{t:.0f}:{k / 1024:.1f}" for t, k in points))
     growth = (end - base) / base * 100
     print(f"errors: {errors} (target 0); RSS {base / 1024:.1f} -> {end / 1024:.1f} MiB, growth {growth:+.1f} % "
           "(target < 10 %)")

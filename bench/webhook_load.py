@@ -13,12 +13,13 @@ Then a fixed-rate run (bench/fixed_rate.py, open loop) at --rate rps reports p99
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import shutil
 import socket
-import statistics
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,7 +57,7 @@ def wait_ready(url: str, ca: Path, timeout: float = 30) -> None:
 
 
 def pinned(cmd: list[str], cpu: str) -> list[str]:
-    return (["taskset", "-c", cpu] + cmd) if shutil.which("taskset") else cmd
+    return (["taskset", "-c", cpu, *cmd]) if shutil.which("taskset") else cmd
 
 
 def to_ms(value: str) -> float:
@@ -95,18 +96,19 @@ def main() -> int:
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed: apt-get install wrk")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         work = Path(tmp)
         sys.path.insert(0, str(ROOT))
-        from webhook.tls import ensure_localhost
+        from webhook.tls.certs import ensure_localhost
 
         certs, _ = ensure_localhost(work / "certs")
         port_ours, port_echo = free_port(), free_port()
         state = ["--cluster-state", str(args.cluster_state)] if args.cluster_state else []
+        serve_log = stack.enter_context(open(work / "serve.log", "w"))
         ours = subprocess.Popen(pinned([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1",
                                         "--port", str(port_ours), "--tls-cert-file", str(certs.cert),
                                         "--tls-private-key-file", str(certs.key), *state], "0"),
-                                cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=open(work / "serve.log", "w"))
+                                cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=serve_log)
         echo = subprocess.Popen(pinned([sys.executable, "-m", "uvicorn", "bench.echo_app:app", "--host", "127.0.0.1",
                                         "--port", str(port_echo), "--ssl-certfile", str(certs.cert),
                                         "--ssl-keyfile", str(certs.key), "--no-access-log", "--log-level", "warning"],

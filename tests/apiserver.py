@@ -5,7 +5,9 @@ are exercised against real recorded responses, not mocks of our own code.
 
 Routes are matched by method, path and (optionally) a subset of the query; a route added with
 ``times=N`` is used N times and then falls through to the next match, which lets a test script a
-sequence (a watch that answers 410, then a relist, then a watch that stays open).
+sequence (a watch that answers 410, then a relist, then a watch that stays open). A route with
+``respond`` answers from a function of the request, for tests that need the apiserver's reaction to
+what the client sent (a create, then a get of the same object); its answers use recorded shapes.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -40,6 +43,7 @@ class Route:
     times: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
     watch: bool | None = None             # answer watch requests (True) or not; None = watch iff body_lines
+    respond: Callable[[Received], tuple[int, Any]] | None = None  # (status, JSON body) from the request
 
     def matches(self, method: str, path: str, query: dict[str, str]) -> bool:
         if method != self.method or path != self.path:
@@ -97,6 +101,10 @@ class ReplayAPIServer:
     def add_json(self, method: str, path: str, body: Any, status: int = 200, **kw: Any) -> Route:
         return self.add(Route(method=method, path=path, status=status, body=body, **kw))
 
+    def add_handler(self, method: str, path: str, respond: Callable[[Received], tuple[int, Any]],
+                    **kw: Any) -> Route:
+        return self.add(Route(method=method, path=path, status=0, respond=respond, **kw))
+
     def add_watch(self, path: str, events: list[Any], hold_open: bool = True, **kw: Any) -> Route:
         return self.add(Route(method="GET", path=path, status=200, body_lines=events,
                               line_delays=[0.0] * len(events), hold_open=hold_open, **kw))
@@ -111,7 +119,7 @@ class ReplayAPIServer:
         host, port = self._httpd.server_address[:2]
         return f"http://{host}:{port}"
 
-    def start(self) -> "ReplayAPIServer":
+    def start(self) -> ReplayAPIServer:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -134,7 +142,8 @@ class ReplayAPIServer:
                 except ValueError:
                     body = raw.decode(errors="replace")
                 with outer._lock:
-                    outer.received.append(Received(self.command, parts.path, query, dict(self.headers), body, at))
+                    received = Received(self.command, parts.path, query, dict(self.headers), body, at)
+                    outer.received.append(received)
                     route = next((r for r in outer.routes if r.matches(self.command, parts.path, query)), None)
                     if route is not None and route.times is not None:
                         route.times -= 1
@@ -142,6 +151,9 @@ class ReplayAPIServer:
                     self._json(404, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
                                      "message": f"no recorded response for {self.command} {self.path}",
                                      "reason": "NotFound", "code": 404})
+                elif route.respond is not None:
+                    status, answer = route.respond(received)
+                    self._json(status, answer, route.headers)
                 elif route.body_lines is None:
                     self._json(route.status, route.body, route.headers)
                 else:
@@ -199,7 +211,7 @@ class ReplayAPIServer:
             self._httpd.shutdown()
             self._httpd.server_close()
 
-    def __enter__(self) -> "ReplayAPIServer":
+    def __enter__(self) -> ReplayAPIServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

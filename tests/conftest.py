@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,6 @@ from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
-
 # The four Koordinator PriorityClasses as the recorded cluster has them, for tests' cluster-state folders.
 KOORD_PRIORITY_CLASSES_YAML = "---\n".join(
     f"apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {{name: {name}}}\nvalue: {value}\n"
@@ -22,6 +22,16 @@ KOORD_PRIORITY_CLASSES_YAML = "---\n".join(
 
 def load_fixture(rel: str) -> Any:
     return json.loads((FIXTURES / rel).read_text())
+
+
+@pytest.fixture()
+def restore_logging() -> Iterator[None]:
+    """The CLIs install a handler on the (captured) stderr; later tests must not log into a closed stream."""
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 
 @pytest.fixture(scope="session")

@@ -9,6 +9,7 @@ host's own ``kubepods``.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import secrets
@@ -136,10 +137,8 @@ class RealCgroupRoot:
                     continue
                 for pid in pids:
                     alive = True
-                    try:
+                    with contextlib.suppress(ProcessLookupError, ValueError):
                         os.kill(int(pid), signal.SIGKILL)
-                    except (ProcessLookupError, ValueError):
-                        pass
             if not alive:
                 break
             time.sleep(0.02)

@@ -15,9 +15,9 @@ import httpx
 import uvicorn
 
 from webhook.admission import chain
-from webhook.admission.app import create_app
+from webhook.admission.app import create_server
 from webhook.cluster.state import ClusterState
-from webhook.tls import CertPaths, ensure_localhost
+from webhook.tls.certs import CertPaths, ensure_localhost
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
@@ -44,8 +44,7 @@ class Server:
 def run_server(state: ClusterState, cert_dir: Path, settings: chain.Settings | None = None) -> Iterator[Server]:
     certs, _ = ensure_localhost(cert_dir)
     port = free_port()
-    app = create_app(state, settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, ssl_certfile=str(certs.cert),
+    config = uvicorn.Config(create_server(state, settings).asgi, host="127.0.0.1", port=port, ssl_certfile=str(certs.cert),
                             ssl_keyfile=str(certs.key), log_config=None, access_log=False, lifespan="off")
     config.load()
     config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from tests.apiserver import load_exchange
-from webhook.core.batch_allocatable import (
-    PodLoad, UsageWindow, batch_allocatable, degraded, needs_update, published, status_patch,
+from webhook.agent.domain.batch_allocatable import (
+    PodLoad,
+    UsageWindow,
+    batch_allocatable,
+    degraded,
+    needs_update,
+    published,
+    status_patch,
 )
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
 

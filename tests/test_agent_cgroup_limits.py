@@ -9,9 +9,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core.cgroup_limits import (
-    MAX_SHARES, UNLIMITED, CgroupWrite, Current, Folder, Limits, cfs_quota, container_folder, container_ids,
-    cpu_shares, cpu_weight, page_floor, parse_current, plan_writes, pod_limits,
+from webhook.agent.domain.cgroup_limits import (
+    MAX_SHARES,
+    UNLIMITED,
+    CgroupWrite,
+    Current,
+    Folder,
+    Limits,
+    cfs_quota,
+    container_folder,
+    container_ids,
+    cpu_shares,
+    cpu_weight,
+    page_floor,
+    parse_current,
+    plan_writes,
+    pod_limits,
 )
 
 MI, GI = 2**20, 2**30

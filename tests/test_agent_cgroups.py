@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
-from tests.test_agent_end_to_end import (  # noqa: F401  (_restore_logging: the CLI's log handler, undone)
-    GI, NODE, USAGE, _restore_logging, pods_by_name, recorded, run_once, write_state,
-)
+from tests.test_agent_end_to_end import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
 from webhook.agent.actions import KubeActions
 from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
 from webhook.agent.metrics import AgentMetrics, Health, serve
 from webhook.cluster.files import FilesSource
 from webhook.cluster.state import AGENT_KINDS, ClusterState
+
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 BE_BATCH_0 = "59e8921c-cd38-4920-954e-8d2e83d2374c"
 CID_0 = "59e8921ccd384920954e8d2e83d2374c59e8921ccd384920954e8d2e83d2374c"
@@ -111,8 +111,9 @@ def test_run_makes_exactly_the_listed_writes(tmp_path: Path, version: int, drive
     state = _state(write_state(tmp_path / "state"))
     proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
     cg = tree(tmp_path, version, driver, separate)
-    ls_files = {p: p.read_text() for p in cg.rglob("*") if p.is_file() and LS_UID.replace("-", "_") in str(p)
-                or p.is_file() and LS_UID in str(p)}
+    ls_files = {p: p.read_text() for p in cg.rglob("*")
+                if p.is_file() and (LS_UID in str(p) or LS_UID.replace("-", "_") in str(p))}
+    assert ls_files                                          # the LS pod has folders and limit files too
     planned = Agent(AgentOptions(NODE), Collector(proc, cg), state).cycle(now=0.0)["cgroupWrites"]
     metrics = AgentMetrics()
     agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state, metrics=metrics)

@@ -7,11 +7,17 @@ from typing import Any
 
 import pytest
 
-from webhook.core.cgroup_limits import UNLIMITED
-from webhook.core.cpu_suppress import (
-    BE_MIN_QUOTA, be_quota, capacity_cores, cpuset_size, next_be_quota, node_reserved_milli, suppress_milli,
+from webhook.agent.domain.cgroup_limits import UNLIMITED
+from webhook.agent.domain.cpu_suppress import (
+    BE_MIN_QUOTA,
+    be_quota,
+    capacity_cores,
+    cpuset_size,
+    next_be_quota,
+    node_reserved_milli,
+    suppress_milli,
 )
-from webhook.core.slo_config import CPUSuppress, SloConfigError, parse_slo_config
+from webhook.agent.domain.slo_config import CPUSuppress, SloConfigError, parse_slo_config
 
 
 def test_formula_counts_non_be_and_system_usage() -> None:

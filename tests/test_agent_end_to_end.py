@@ -14,26 +14,17 @@ from tests.apiserver import ReplayAPIServer, load_exchange
 from webhook.agent.actions import API_CALLS, EvictOutcome, KubeActions
 from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
+from webhook.agent.domain.thresholds import parse_thresholds
 from webhook.cli import agent as cli
 from webhook.cluster.files import FilesSource
 from webhook.cluster.state import AGENT_KINDS, ClusterState
-from webhook.core.thresholds import parse_thresholds
 
 GI = 2**30
 NODE = "colo-node-1"
 NS = "colo-demo"
 
 
-@pytest.fixture(autouse=True)
-def _restore_logging():  # type: ignore[no-untyped-def]
-    """The CLI installs a handler on the (captured) stderr; later tests must not log into a closed stream."""
-    import logging
-
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_logging")
 
 
 def recorded(name: str) -> Any:
@@ -72,8 +63,15 @@ USAGE = {"be-batch-0": 2 * GI, "be-batch-1": 1 * GI, "be-evict-ok": 3 * GI // 2,
          "ls-web-0": 4 * GI}
 
 
+def run_cli(*argv: str) -> int:
+    try:
+        return cli.main(list(argv))
+    except SystemExit as exc:  # argparse's own errors exit from the parser
+        return int(exc.code or 0)
+
+
 def run_once(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any, str]:
-    rc = cli.main(["once", "--cpu-sample-seconds", "0", *argv])
+    rc = run_cli("once", "--cpu-sample-seconds", "0", *argv)
     out, err = capsys.readouterr()
     return rc, (json.loads(out) if out.strip().startswith("{") else out), err
 
@@ -139,9 +137,23 @@ def test_once_text_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) ->
 
 
 @pytest.mark.parametrize("name,argv,error", [
-    ("bad threshold", ["--eviction-hard", "memory.available<lots"], "colocation-agent: quantities must match"),
-    ("unknown signal", ["--eviction-hard", "memory.free<1Gi"], "colocation-agent: unsupported eviction signal memory.free"),
-    ("soft without grace", ["--eviction-soft", "memory.available<1Gi"], "colocation-agent: grace period must be specified"),
+    # every flag error names its flag: the kubelet's texts get it as a prefix, pflag's and argparse's carry it
+    ("bad threshold", ["--eviction-hard", "memory.available<lots"], "colocation-agent: --eviction-hard: quantities must match"),
+    ("unknown signal", ["--eviction-hard", "memory.free<1Gi"], "colocation-agent: --eviction-hard: unsupported eviction signal memory.free"),
+    ("hard over 100%", ["--eviction-hard", "memory.available<150%"], "colocation-agent: --eviction-hard: eviction percentage threshold memory.available must be <= 100%: 150%"),
+    ("hard no operator", ["--eviction-hard", "memory.available"], 'colocation-agent: invalid argument "memory.available" for "--eviction-hard" flag: malformed pair'),
+    ("soft bad quantity", ["--eviction-soft", "memory.available<1Gx", "--eviction-soft-grace-period", "memory.available=1m"], "colocation-agent: --eviction-soft: quantities must match"),
+    ("soft without grace", ["--eviction-soft", "memory.available<1Gi"], "colocation-agent: --eviction-soft-grace-period: grace period must be specified for the soft eviction threshold memory.available"),
+    ("bad grace", ["--eviction-soft", "memory.available<1Gi", "--eviction-soft-grace-period", "memory.available=soon"], 'colocation-agent: --eviction-soft-grace-period: time: invalid duration "soon"'),
+    ("negative grace", ["--eviction-soft", "memory.available<1Gi", "--eviction-soft-grace-period", "memory.available=-1s"], "colocation-agent: --eviction-soft-grace-period: invalid eviction grace period specified: -1s"),
+    ("grace signal", ["--eviction-soft-grace-period", "memory.free=1m"], "colocation-agent: --eviction-soft-grace-period: unsupported eviction signal memory.free"),
+    ("min reclaim", ["--eviction-minimum-reclaim", "memory.available=-1Mi"], "colocation-agent: --eviction-minimum-reclaim: negative eviction minimum reclaim specified for memory.available"),
+    ("min reclaim quantity", ["--eviction-minimum-reclaim", "memory.available=lots"], "colocation-agent: --eviction-minimum-reclaim: quantities must match"),
+    ("cpu sample", ["--cpu-sample-seconds", "-1"], "colocation-agent once: argument --cpu-sample-seconds: must be a non-negative number of seconds, got -1"),
+    ("config namespace", ["--config-namespace", "Koordinator_System"], 'colocation-agent once: argument --config-namespace: Invalid value: "Koordinator_System": a lowercase RFC 1123 label must consist of'),
+    ("empty config namespace", ["--config-namespace", ""], 'colocation-agent once: argument --config-namespace: Invalid value: "": a lowercase RFC 1123 label'),
+    ("config name", ["--config-name", "slo_controller_config"], 'colocation-agent once: argument --config-name: Invalid value: "slo_controller_config": a lowercase RFC 1123 subdomain'),
+    ("missing cgroup root", ["--cgroup-root", "/nonexistent"], "colocation-agent: --cgroup-root: /nonexistent: no such directory"),
     ("bad transition", ["--eviction-pressure-transition-period", "5"], 'colocation-agent: invalid argument "5" for "--eviction-pressure-transition-period" flag: time: missing unit in duration "5"'),
     ("unreadable proc root", ["--proc-root", "/nonexistent"], "colocation-agent: --proc-root: /nonexistent/meminfo: cannot read"),
     ("missing state folder", ["--cluster-state", "/nonexistent"], "colocation-agent: --cluster-state: /nonexistent: cluster state folder does not exist"),
@@ -157,6 +169,19 @@ def test_broken_state_file_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtu
     rc, _, err = run_once(capsys, "--node-name", "n", "--cluster-state", str(tmp_path))
     assert rc == 2 and err.startswith(f"colocation-agent: --cluster-state: {tmp_path / 'broken.yaml'}:")
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("name,argv,error", [
+    ("metrics port", ["--metrics-port", "70000"], "colocation-agent run: argument --metrics-port: must be 0..65535, got 70000"),
+    ("interval", ["--interval", "0s"], "colocation-agent: --interval: must be positive, got 0s"),
+    ("bad interval", ["--interval", "soon"], 'colocation-agent: invalid argument "soon" for "--interval" flag: time: invalid duration "soon"'),
+    ("sync timeout", ["--sync-timeout", "-5"], "colocation-agent run: argument --sync-timeout: must be a non-negative number of seconds"),
+])
+def test_run_flag_errors_name_the_flag(name: str, argv: list[str], error: str,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_cli("run", "--node-name", "n", "--dry-run", "--metrics-port", "0", *argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(error) and err.count("\n") == 1
 
 
 def test_missing_node_name_is_exit_2(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -8,11 +8,19 @@ from typing import Any
 import pytest
 
 from tests.apiserver import load_exchange
-from webhook.core.eviction import (
-    EVICT_BY_NODE_MEMORY_USAGE, KUBELET_EVICTED, Candidate, EvictionMemory, build_tasks, candidates,
-    rank_kubelet, rank_watermark, select_victims, watermark_message,
+from webhook.agent.domain.eviction import (
+    EVICT_BY_NODE_MEMORY_USAGE,
+    KUBELET_EVICTED,
+    Candidate,
+    EvictionMemory,
+    build_tasks,
+    candidates,
+    rank_kubelet,
+    rank_watermark,
+    select_victims,
+    watermark_message,
 )
-from webhook.core.thresholds import MEMORY_AVAILABLE, Observation, parse_thresholds, watermark_threshold
+from webhook.agent.domain.thresholds import MEMORY_AVAILABLE, Observation, parse_thresholds, watermark_threshold
 
 GI, MI = 2**30, 2**20
 

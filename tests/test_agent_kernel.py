@@ -18,8 +18,14 @@ import pytest
 
 from tests.apiserver import ReplayAPIServer
 from tests.kernel import (
-    RealCgroupRoot, allocator_code, crossing, meminfo_used, real_cgroup_root, unified_mount,
-    unified_unavailable_reason, v1_unavailable_reason,
+    RealCgroupRoot,
+    allocator_code,
+    crossing,
+    meminfo_used,
+    real_cgroup_root,
+    unified_mount,
+    unified_unavailable_reason,
+    v1_unavailable_reason,
 )
 from webhook.agent.actions import KubeActions
 from webhook.agent.agent import Agent, AgentOptions, run_loop

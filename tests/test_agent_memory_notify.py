@@ -9,12 +9,17 @@ from pathlib import Path
 import pytest
 
 from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
+from webhook.agent.domain.memory_notify import SamplerGate, memcg_threshold, needs_rearm, trigger_level
+from webhook.agent.domain.thresholds import (
+    MEMORY_AVAILABLE,
+    Observation,
+    Threshold,
+    is_met,
+    parse_thresholds,
+    watermark_threshold,
+)
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.notify import WAKE, MemoryWatch
-from webhook.core.memory_notify import SamplerGate, memcg_threshold, needs_rearm, trigger_level
-from webhook.core.thresholds import (
-    MEMORY_AVAILABLE, Observation, Threshold, is_met, parse_thresholds, watermark_threshold,
-)
 
 GI, MI = 2**30, 2**20
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.apiserver import load_exchange
-from webhook.core.slo_config import Colocation, ConfigTracker, MemoryEvict, SloConfigError, parse_slo_config
+from webhook.agent.domain.slo_config import Colocation, ConfigTracker, MemoryEvict, SloConfigError, parse_slo_config
 
 
 def cm(colocation: object = None, threshold: object = None) -> dict[str, str]:

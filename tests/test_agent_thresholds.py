@@ -6,10 +6,19 @@ from fractions import Fraction
 
 import pytest
 
-from webhook.core.durations import DurationError, parse_duration
-from webhook.core.thresholds import (
-    MEMORY_AVAILABLE, EngineState, Observation, ThresholdError, amount_to_free, evaluate, is_met,
-    node_low_message, parse_thresholds, parse_transition_period, watermark_threshold,
+from webhook.agent.domain.durations import DurationError, parse_duration
+from webhook.agent.domain.thresholds import (
+    MEMORY_AVAILABLE,
+    EngineState,
+    Observation,
+    ThresholdError,
+    amount_to_free,
+    evaluate,
+    is_met,
+    node_low_message,
+    parse_thresholds,
+    parse_transition_period,
+    watermark_threshold,
 )
 
 GI, MI = 2**30, 2**20
@@ -37,6 +46,22 @@ def test_parse_errors_are_the_kubelets(name: str, flags: dict, error: str) -> No
     with pytest.raises(ThresholdError) as exc:
         parse_thresholds(**flags)
     assert str(exc.value) == error
+
+
+@pytest.mark.parametrize("flags,shown", [
+    (dict(hard="memory.available<1Gx"), "--eviction-hard: quantities must match"),
+    (dict(soft="mem.available<1Gi"), "--eviction-soft: unsupported eviction signal mem.available"),
+    (dict(soft="memory.available<1Gi"), "--eviction-soft-grace-period: grace period must be specified"),
+    (dict(soft_grace_period="memory.available=-1s"), "--eviction-soft-grace-period: invalid eviction grace period"),
+    (dict(minimum_reclaim="memory.available=0%"), "--eviction-minimum-reclaim: eviction percentage minimum reclaim"),
+    # pflag's own text already names its flag: no second prefix
+    (dict(hard="memory.available"), 'invalid argument "memory.available" for "--eviction-hard" flag'),
+])
+def test_errors_name_their_flag(flags: dict, shown: str) -> None:
+    with pytest.raises(ThresholdError) as exc:
+        parse_thresholds(**flags)
+    assert exc.value.with_flag().startswith(shown)
+    assert not str(exc.value).startswith("--")  # the kubelet's own text is unchanged
 
 
 def test_seed_002_examples_parse() -> None:

@@ -14,7 +14,7 @@ from tests.conftest import load_fixture
 from tests.mutating import make_state, profile, request
 from tests.test_mutating_properties import _state, pods, profiles
 from webhook.admission import chain
-from webhook.admission.patch import PatchBuilder
+from webhook.admission.domain.patch import PatchBuilder
 from webhook.admission.review import review_from_dict
 
 BATCH_PROFILE = profile("batch", selector={"matchLabels": {"app": "batch-init"}}, qosClass="BE",

@@ -38,7 +38,7 @@ def _wait_healthy(url: str, ca: Path, proc: subprocess.Popen, timeout: float = 2
 
 def test_serve_with_no_flags_runs_on_the_embedded_state(tmp_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen(CLI + ["serve", "--host", "127.0.0.1", "--port", str(port)], cwd=tmp_path, env=ENV,
+    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port)], cwd=tmp_path, env=ENV,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         ca = tmp_path / "certs" / "ca.crt"
@@ -60,7 +60,7 @@ def test_serve_with_no_flags_runs_on_the_embedded_state(tmp_path: Path) -> None:
 
 
 def test_serve_reuses_valid_certificates(tmp_path: Path) -> None:
-    from webhook.tls import ensure_localhost
+    from webhook.tls.certs import ensure_localhost
 
     paths, created = ensure_localhost(tmp_path / "certs")
     assert created
@@ -75,7 +75,7 @@ def test_serve_reuses_valid_certificates(tmp_path: Path) -> None:
 def test_serve_stops_with_exit_2_on_a_broken_state_file(tmp_path: Path) -> None:
     (tmp_path / "state").mkdir()
     (tmp_path / "state" / "bad.yaml").write_text("kind: PriorityClass\nmetadata: {name: x\nvalue: 1\n")
-    r = subprocess.run(CLI + ["serve", "--port", str(free_port()), "--cluster-state", str(tmp_path / "state")],
+    r = subprocess.run([*CLI, "serve", "--port", str(free_port()), "--cluster-state", str(tmp_path / "state")],
                        cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "bad.yaml:" in r.stderr and "invalid YAML" in r.stderr
@@ -83,7 +83,7 @@ def test_serve_stops_with_exit_2_on_a_broken_state_file(tmp_path: Path) -> None:
 
 
 def test_serve_rejects_half_a_tls_pair(tmp_path: Path) -> None:
-    r = subprocess.run(CLI + ["serve", "--tls-cert-file", "x.crt"], cwd=tmp_path, env=ENV,
+    r = subprocess.run([*CLI, "serve", "--tls-cert-file", "x.crt"], cwd=tmp_path, env=ENV,
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2
     assert "--tls-cert-file and --tls-private-key-file go together" in r.stderr

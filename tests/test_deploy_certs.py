@@ -5,10 +5,13 @@ from __future__ import annotations
 import base64
 import contextlib
 import datetime as dt
+import os
 import shutil
 import socket
 import ssl
 import stat
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,10 +27,10 @@ from cryptography.x509.oid import NameOID
 
 from tests.serving import free_port
 from webhook.admission.app import create_app
-from webhook.certwatch import CertWatcher, WatchingServer
 from webhook.cli.webhook import main
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
-from webhook.tls import CertPaths, CertsError, check_pair, generate, service_names
+from webhook.tls.certs import CertPaths, CertsError, check_pair, generate, service_names
+from webhook.tls.watch import CertWatcher, WatchingServer
 
 SERVICE_NAMES = ["colocation-webhook", "colocation-webhook.koordinator-system",
                  "colocation-webhook.koordinator-system.svc",
@@ -116,7 +119,7 @@ def test_ca_bundle_missing_is_a_usage_error(tmp_path: Path, capsys: pytest.Captu
 def _self_signed(days_from: int, days_to: int) -> tuple[bytes, bytes]:
     key = ec.generate_private_key(ec.SECP256R1())
     name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "t")])
-    now = dt.datetime.now(dt.timezone.utc)
+    now = dt.datetime.now(dt.UTC)
     cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
             .serial_number(1).not_valid_before(now + dt.timedelta(days=days_from))
             .not_valid_after(now + dt.timedelta(days=days_to)).sign(key, hashes.SHA256()))
@@ -127,7 +130,7 @@ def _self_signed(days_from: int, days_to: int) -> tuple[bytes, bytes]:
 
 def test_check_pair() -> None:
     good_cert, good_key = _self_signed(-1, 1)
-    other_cert, other_key = _self_signed(-1, 1)
+    _other_cert, other_key = _self_signed(-1, 1)
     expired_cert, expired_key = _self_signed(-3, -1)
     cases = [
         ("good", good_cert, good_key, None),
@@ -163,9 +166,9 @@ def _publish(mount: Path, version: str, source: Path) -> None:
 
 
 def _served_serial(port: int, trust: ssl.SSLContext) -> int:
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw:
-        with trust.wrap_socket(raw, server_hostname="localhost") as tls:
-            der = tls.getpeercert(binary_form=True)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as raw, \
+            trust.wrap_socket(raw, server_hostname="localhost") as tls:
+        der = tls.getpeercert(binary_form=True)
     assert der is not None
     return x509.load_der_x509_certificate(der).serial_number
 
@@ -312,7 +315,7 @@ def test_serve_reloads_renewed_files(tmp_path: Path) -> None:
     import sys
 
     from webhook.cluster.sources import example_folder
-    from webhook.tls import generate_for_service
+    from webhook.tls.certs import generate_for_service
 
     certs = tmp_path / "certs"
     generate(certs, ["localhost", "127.0.0.1"])
@@ -343,3 +346,61 @@ def _try_connect(port: int, trust: ssl.SSLContext) -> int | None:
         return _served_serial(port, trust)
     except (OSError, ssl.SSLError):
         return None
+
+
+# -- serve --wait-for-certs (the Deployment mounts the Secret before the bootstrap Job makes it) ----------
+def _serve(tmp_path: Path, certs: Path, *extra: str) -> tuple[subprocess.Popen[str], int, Path]:
+    from webhook.cluster.sources import example_folder
+
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env.pop("KUBERNETES_SERVICE_HOST", None)
+    log = tmp_path / "serve.log"
+    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1",
+                             "--port", str(port), "--tls-cert-file", str(certs / "tls.crt"),
+                             "--tls-private-key-file", str(certs / "tls.key"), "--cluster-state", str(example_folder()),
+                             *extra], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)
+    return proc, port, log
+
+
+def test_serve_waits_for_missing_certificates_then_serves_them(tmp_path: Path) -> None:
+    certs = tmp_path / "tls"  # an optional Secret volume before the Secret exists: nothing there yet
+    proc, port, log = _serve(tmp_path, certs, "--wait-for-certs")
+    try:
+        _wait_for(lambda: "waiting for the TLS certificate" in log.read_text(), "the waiting message")
+        time.sleep(1.5)  # a few polls: still waiting, reported once, nothing listening
+        assert proc.poll() is None
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        paths = generate(certs, ["localhost", "127.0.0.1"])
+        trust = ssl.create_default_context(cafile=str(paths.ca_cert))
+        _wait_for(lambda: _try_connect(port, trust) == _serial(paths.cert), "the server to serve the new pair")
+    finally:
+        proc.terminate()
+        code = proc.wait(timeout=10)
+    text = log.read_text()
+    assert code == 0
+    assert text.count("waiting for the TLS certificate") == 1, text
+    assert f"{certs / 'tls.crt'} does not exist yet" in text
+    assert "the TLS certificate" in text and "is there" in text
+
+
+def test_serve_waiting_for_certificates_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    proc, _port, log = _serve(tmp_path, tmp_path / "none", "--wait-for-certs")
+    _wait_for(lambda: "waiting for the TLS certificate" in log.read_text(), "the waiting message")
+    proc.terminate()
+    assert proc.wait(timeout=10) == 0
+
+
+def test_serve_without_wait_for_certs_exits_2_on_a_missing_certificate(tmp_path: Path) -> None:
+    proc, _port, log = _serve(tmp_path, tmp_path / "none")
+    assert proc.wait(timeout=30) == 2
+    assert f"--tls-cert-file: {tmp_path / 'none' / 'tls.crt'} does not exist" in log.read_text()
+
+
+def test_wait_for_certs_needs_the_tls_flags(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    r = subprocess.run([sys.executable, "-m", "webhook.cli.webhook", "serve", "--wait-for-certs"], cwd=tmp_path,
+                       env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2
+    assert "--wait-for-certs needs --tls-cert-file and --tls-private-key-file" in r.stderr

@@ -1,8 +1,10 @@
 """manifests/: rendered with ``kubectl kustomize``, validated offline, and checked against the code.
 
 Everything the manifests must agree with is derived from the code: the paths and probes from the FastAPI
-app's routes, the RBAC rules from the kinds the programs list/watch (``webhook.cluster.state``) and the
-calls the agent makes (``webhook.agent.actions.API_CALLS``), the CLI flags from the argument parsers.
+app's routes, the RBAC rules from the kinds the programs list/watch (``webhook.cluster.state``), the
+calls the agent makes (``webhook.agent.actions.API_CALLS``) and the calls the certificate bootstrap makes
+(``webhook.tls.bootstrap.api_calls``), the CLI flags from the argument parsers. What each install path
+applies (and so deletes) is checked against the table in docs/deploy.md.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ from webhook.admission.app import create_app
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, WEBHOOK_KINDS, ClusterState
 from webhook.core.selectors import matches
-from webhook.tls import service_names
+from webhook.tls.bootstrap import Target, api_calls
+from webhook.tls.certs import service_names
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS = ROOT / "manifests"
@@ -32,8 +35,17 @@ KUBECTL = shutil.which("kubectl")
 # The newest Kubernetes version kubernetes-validate ships schemas for ("a current Kubernetes version").
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is a test extra")
 K8S_VERSION = kubernetes_validate.utils.latest_version()
-NAMESPACE = "koordinator-system"
+NAMESPACE = "colocation-system"
 CERT_MANAGER_KINDS = {"Certificate", "Issuer"}
+CRD_FILE = MANIFESTS / "koordinator" / "crd-clustercolocationprofiles.yaml"
+# What Koordinator's own chart installs and owns; never part of our install, so never part of our uninstall.
+KOORDINATOR_OWNED = {
+    "Namespace koordinator-system",
+    "CustomResourceDefinition clustercolocationprofiles.config.koordinator.sh",
+    "PriorityClass koord-prod", "PriorityClass koord-mid", "PriorityClass koord-batch", "PriorityClass koord-free",
+    f"ConfigMap {SLO_CONFIG_NAMESPACE}/{SLO_CONFIG_NAME}",
+}
+BOOTSTRAP_ACCOUNT = "colocation-webhook-certs"
 READ = ("get", "list", "watch")
 
 needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (Debian package kubernetes-client)")
@@ -47,22 +59,31 @@ def _kustomize(path: Path) -> list[Obj]:
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
 
-@pytest.fixture(scope="module")
-def install(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Obj], Path]:
-    """The default install, rendered from a copy of manifests/ after the documented certs step."""
+def _fresh_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """manifests/ as a fresh clone has it: no certs/ folder anywhere."""
     if KUBECTL is None:
         pytest.skip("kubectl is not installed (Debian package kubernetes-client)")
     tmp = tmp_path_factory.mktemp("deploy") / "manifests"
     shutil.copytree(MANIFESTS, tmp, ignore=shutil.ignore_patterns("certs"))
-    code = webhook_cli.main(["certs", "generate", "--service", "colocation-webhook", "--namespace", NAMESPACE,
-                             "--out", str(tmp / "certs")])
-    assert code == 0
-    return _kustomize(tmp), tmp / "certs"
+    assert not list(tmp.rglob("certs"))
+    return tmp
 
 
 @pytest.fixture(scope="module")
-def objects(install: tuple[list[Obj], Path]) -> list[Obj]:
-    return install[0]
+def objects(tmp_path_factory: pytest.TempPathFactory) -> list[Obj]:
+    """The default install (`kubectl apply -k manifests/`), rendered with no step before it."""
+    return _kustomize(_fresh_copy(tmp_path_factory))
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Obj], Path]:
+    """overlays/generated-certs after the documented `certs generate` step; (objects, certs folder)."""
+    overlay = _fresh_copy(tmp_path_factory) / "overlays" / "generated-certs"
+    certs = overlay / "certs"
+    code = webhook_cli.main(["certs", "generate", "--service", "colocation-webhook", "--namespace", NAMESPACE,
+                             "--out", str(certs)])
+    assert code == 0
+    return _kustomize(overlay), certs
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +91,20 @@ def cert_manager() -> list[Obj]:
     if KUBECTL is None:
         pytest.skip("kubectl is not installed (Debian package kubernetes-client)")
     return _kustomize(MANIFESTS / "overlays" / "cert-manager")
+
+
+@pytest.fixture(scope="module")
+def koordinator() -> list[Obj]:
+    """The component of Koordinator-owned objects (`kubectl apply -k manifests/koordinator`)."""
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed (Debian package kubernetes-client)")
+    return _kustomize(MANIFESTS / "koordinator")
+
+
+def _ref(obj: Obj) -> str:
+    """``Kind name`` or ``Kind namespace/name``, as the table in docs/deploy.md writes objects."""
+    meta = obj["metadata"]
+    return f"{obj['kind']} {meta['namespace'] + '/' if meta.get('namespace') else ''}{meta['name']}"
 
 
 def _one(objs: list[Obj], kind: str, name: str | None = None) -> Obj:
@@ -107,9 +142,16 @@ def _validate_all(objs: list[Obj]) -> list[str]:
 def test_every_object_is_valid_kubernetes(objects: list[Obj]) -> None:
     assert _validate_all(objects) == []
     kinds = {o["kind"] for o in objects}
-    assert {"Namespace", "CustomResourceDefinition", "PriorityClass", "ConfigMap", "Secret", "ServiceAccount",
-            "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment", "PodDisruptionBudget",
-            "Service", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "DaemonSet"} <= kinds
+    assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Deployment",
+            "PodDisruptionBudget", "Service", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration",
+            "DaemonSet", "ResourceQuota", "Job"} == kinds
+
+
+@needs_kubectl
+def test_generated_certs_overlay_and_koordinator_component_are_valid_kubernetes(
+        generated: tuple[list[Obj], Path], koordinator: list[Obj]) -> None:
+    assert _validate_all(generated[0]) == []
+    assert _validate_all(koordinator) == []
 
 
 @needs_kubectl
@@ -183,6 +225,7 @@ def test_webhook_rules(objects: list[Obj]) -> None:
 @needs_kubectl
 @pytest.mark.parametrize(("namespace", "sent"), [
     ("kube-system", False),
+    ("koordinator-system", False),
     (NAMESPACE, False),
     ("default", True),
     ("colo-demo", True),
@@ -218,8 +261,16 @@ def test_webhooks_call_the_service_and_paths_the_server_serves(objects: list[Obj
 
 
 @needs_kubectl
-def test_ca_bundle_is_the_generated_ca_and_trusts_the_served_certificate(install: tuple[list[Obj], Path]) -> None:
-    objects, certs = install
+def test_no_ca_bundle_is_rendered_where_something_else_sets_it(objects: list[Obj], cert_manager: list[Obj]) -> None:
+    """The Job (default) and cert-manager's cainjector patch caBundle in; a rendered value would fight them."""
+    for objs in (objects, cert_manager):
+        assert all("caBundle" not in hook["clientConfig"] for _, hook in _webhooks(objs))
+
+
+@needs_kubectl
+def test_generated_certs_ca_bundle_is_the_generated_ca_and_trusts_the_served_certificate(
+        generated: tuple[list[Obj], Path]) -> None:
+    objects, certs = generated
     ca_pem = (certs / "ca.crt").read_bytes()
     secret = _one(objects, "Secret", "colocation-webhook-tls")
     assert secret["type"] == "kubernetes.io/tls"
@@ -277,22 +328,66 @@ def test_webhook_deployment(objects: list[Obj]) -> None:
     mounts = {m["name"]: m for m in c["volumeMounts"]}
     volumes = {v["name"]: v for v in spec["volumes"]}
     tls = next(n for n, v in volumes.items() if "secret" in v)
-    assert volumes[tls]["secret"]["secretName"] == _one(objects, "Secret")["metadata"]["name"]
+    assert volumes[tls]["secret"]["secretName"] == _tls_secret_name(objects)
     assert mounts[tls]["readOnly"] is True
     assert args.tls_cert_file == f"{mounts[tls]['mountPath']}/tls.crt"
     assert args.tls_private_key_file == f"{mounts[tls]['mountPath']}/tls.key"
-    # Probes: HTTPS on the serving port, on paths the app serves.
+    # The pod starts before the Secret exists and waits for it, rather than exiting (exit 2) in a loop.
+    assert volumes[tls]["secret"]["optional"] is True
+    assert args.wait_for_certs is True
+    # Probes: HTTPS on the serving port, on paths the app serves. Nothing listens while it waits for the
+    # certificate: a startup probe covers that time (longer than the Job's deadline), so neither liveness
+    # (a restart) nor readiness runs before it serves.
     port = next(p for p in c["ports"] if p["containerPort"] == args.port)
     gets = _get_routes()
-    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
+    for probe, path in (("startupProbe", "/healthz"), ("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")):
         http = c[probe]["httpGet"]
         assert http == {"path": path, "port": port["name"], "scheme": "HTTPS"}, probe
         assert path in gets
+    startup = c["startupProbe"]
+    job = _one(objects, "Job")
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= job["spec"]["activeDeadlineSeconds"]
     # The PDB keeps one replica through voluntary disruptions.
     pdb = _one(objects, "PodDisruptionBudget")
     assert pdb["metadata"]["namespace"] == NAMESPACE
     assert pdb["spec"]["minAvailable"] == 1
     assert matches(pdb["spec"]["selector"], dep["spec"]["template"]["metadata"]["labels"])
+
+
+def _tls_secret_name(objects: list[Obj]) -> str:
+    """The Secret the bootstrap Job makes: its --secret-name."""
+    return str(_bootstrap_args(objects).secret_name)
+
+
+def _bootstrap_args(objects: list[Obj]):  # type: ignore[no-untyped-def]
+    c = _container(_one(objects, "Job"))
+    assert c["command"] == ["colocation-webhook"]
+    return webhook_cli.parser().parse_args(c["args"])
+
+
+# -- the bootstrap Job ---------------------------------------------------------------------------------
+@needs_kubectl
+def test_bootstrap_job(objects: list[Obj]) -> None:
+    job = _one(objects, "Job")
+    assert job["metadata"]["namespace"] == NAMESPACE
+    _hardened(job)
+    spec = job["spec"]
+    # Finished Jobs go away, so a later apply (a new image: the pod template is immutable) creates it anew.
+    assert 0 < spec["ttlSecondsAfterFinished"] <= 3600
+    assert 1 <= spec["backoffLimit"] <= 10
+    assert spec["template"]["spec"]["restartPolicy"] in ("OnFailure", "Never")
+    assert spec["template"]["spec"]["serviceAccountName"] == BOOTSTRAP_ACCOUNT
+    c = _container(job)
+    dep = _one(objects, "Deployment", "colocation-webhook")
+    assert c["image"] == _container(dep)["image"]  # the project's own image
+    # Its command line names exactly the objects of this install.
+    args = _bootstrap_args(objects)
+    assert (args.command, args.certs_command) == ("certs", "bootstrap")
+    assert args.kubeconfig is None  # in-cluster
+    svc = _one(objects, "Service")
+    assert (args.namespace, args.service) == (svc["metadata"]["namespace"], svc["metadata"]["name"])
+    assert args.mutating_webhook_configuration == _one(objects, "MutatingWebhookConfiguration")["metadata"]["name"]
+    assert args.validating_webhook_configuration == _one(objects, "ValidatingWebhookConfiguration")["metadata"]["name"]
 
 
 # -- the agent DaemonSet ---------------------------------------------------------------------------
@@ -305,6 +400,7 @@ def test_agent_daemonset(objects: list[Obj]) -> None:
     assert spec["securityContext"]["runAsUser"] == 0 and spec["securityContext"]["runAsNonRoot"] is False
     assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     sc = _container(ds)["securityContext"]
+    assert sc.get("runAsNonRoot") is not True and sc.get("runAsUser", 0) == 0   # the kubelet would refuse uid 0
     assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
     assert sc["capabilities"] == {"drop": ["ALL"], "add": ["SYS_RESOURCE"]}
     assert "privileged" not in sc or sc["privileged"] is False
@@ -337,18 +433,84 @@ def test_agent_command_line_parses() -> None:
     assert parsed.node_name == "node-1"
 
 
-# -- cluster objects -------------------------------------------------------------------------------
+# -- what each path applies, and so deletes ------------------------------------------------------
 @needs_kubectl
-def test_namespace_priorityclasses_and_slo_config(objects: list[Obj]) -> None:
-    assert _one(objects, "Namespace")["metadata"]["name"] == NAMESPACE
-    values = {pc["metadata"]["name"]: pc["value"] for pc in _all(objects, "PriorityClass")}
+def test_our_namespace_is_ours(objects: list[Obj]) -> None:
+    ns = _one(objects, "Namespace")
+    assert ns["metadata"]["name"] == NAMESPACE != SLO_CONFIG_NAMESPACE
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "privileged"  # the agent's hostPath
+    placed = {o["metadata"].get("namespace") for o in objects} - {None}
+    # Only the Roles reading slo-controller-config (and their bindings) live in Koordinator's namespace.
+    assert placed == {NAMESPACE, SLO_CONFIG_NAMESPACE}
+    assert {o["kind"] for o in objects if o["metadata"].get("namespace") == SLO_CONFIG_NAMESPACE} == {"Role", "RoleBinding"}
+
+
+@needs_kubectl
+def test_no_install_path_owns_what_koordinator_owns(objects: list[Obj], cert_manager: list[Obj],
+                                                    generated: tuple[list[Obj], Path], koordinator: list[Obj]) -> None:
+    """`kubectl delete -k` of any install path deletes exactly what it renders: none of Koordinator's objects."""
+    for name, objs in (("manifests/", objects), ("overlays/cert-manager", cert_manager),
+                       ("overlays/generated-certs", generated[0])):
+        assert not {_ref(o) for o in objs} & KOORDINATOR_OWNED, name
+    assert sorted(_ref(o) for o in koordinator) == sorted(KOORDINATOR_OWNED)
+
+
+def test_the_koordinator_objects_are_a_component_no_install_path_includes() -> None:
+    kustomization = yaml.safe_load((MANIFESTS / "koordinator" / "kustomization.yaml").read_text())
+    assert (kustomization["apiVersion"], kustomization["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component")
+    for path in (MANIFESTS / "kustomization.yaml", *MANIFESTS.glob("*/kustomization.yaml"),
+                 *MANIFESTS.glob("overlays/*/kustomization.yaml")):
+        if path.parent.name == "koordinator":
+            continue
+        k = yaml.safe_load(path.read_text())
+        refs = [str((path.parent / r).resolve()) for r in k.get("resources", []) + k.get("components", [])]
+        assert str((MANIFESTS / "koordinator").resolve()) not in refs, path
+
+
+@needs_kubectl
+def test_koordinator_component(koordinator: list[Obj]) -> None:
+    values = {pc["metadata"]["name"]: pc["value"] for pc in _all(koordinator, "PriorityClass")}
     assert values == {"koord-prod": 9000, "koord-mid": 7000, "koord-batch": 5000, "koord-free": 3000}
-    assert not any(pc.get("globalDefault") for pc in _all(objects, "PriorityClass"))
-    cm = _one(objects, "ConfigMap", SLO_CONFIG_NAME)
+    assert not any(pc.get("globalDefault") for pc in _all(koordinator, "PriorityClass"))
+    cm = _one(koordinator, "ConfigMap", SLO_CONFIG_NAME)
     assert cm["metadata"]["namespace"] == SLO_CONFIG_NAMESPACE
     assert set(cm["data"]) == {"colocation-config", "resource-threshold-config"}
     for key, text in cm["data"].items():
         assert isinstance(yaml.safe_load(text), dict), key  # JSON documents
+    # No label of ours: a delete by our label selector never picks Koordinator's objects.
+    for obj in koordinator:
+        assert "app.kubernetes.io/part-of" not in (obj["metadata"].get("labels") or {}), _ref(obj)
+
+
+DOCS_TABLE_HEADING = "## What each path applies and deletes"
+
+
+def _docs_table() -> dict[str, set[str]]:
+    """Install path -> the objects docs/deploy.md says it applies (and `kubectl delete -k` deletes)."""
+    text = (ROOT / "docs" / "deploy.md").read_text()
+    section = text.split(DOCS_TABLE_HEADING, 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("|")]
+    header = [c.strip().strip("`") for c in rows[0].strip("|").split("|")]
+    paths: dict[str, set[str]] = {h: set() for h in header[1:]}
+    for row in rows[2:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        obj = cells[0].replace("`", "")
+        for path, cell in zip(header[1:], cells[1:], strict=True):
+            if cell:
+                assert cell == "✓", f"docs/deploy.md: {obj}: {cell!r}"
+                paths[path].add(obj)
+    return paths
+
+
+@needs_kubectl
+def test_docs_table_lists_what_each_path_applies(objects: list[Obj], cert_manager: list[Obj],
+                                                 generated: tuple[list[Obj], Path], koordinator: list[Obj]) -> None:
+    rendered = {"manifests/": objects, "manifests/overlays/cert-manager": cert_manager,
+                "manifests/overlays/generated-certs": generated[0], "manifests/koordinator": koordinator}
+    documented = _docs_table()
+    assert set(documented) == set(rendered)
+    for path, objs in rendered.items():
+        assert documented[path] == {_ref(o) for o in objs}, path
 
 
 @needs_kubectl
@@ -364,7 +526,7 @@ def test_critical_priority_classes_are_covered_by_a_quota(objects: list[Obj]) ->
 
 # -- the CRD -----------------------------------------------------------------------------------------
 def _crd() -> Obj:
-    return _one(_yaml_docs(MANIFESTS / "base" / "crd-clustercolocationprofiles.yaml"), "CustomResourceDefinition")
+    return _one(_yaml_docs(CRD_FILE), "CustomResourceDefinition")
 
 
 def _profile_schema() -> Obj:
@@ -403,6 +565,74 @@ def test_crd_schema_is_structural_and_full() -> None:
     assert {"namespaceSelector", "selector", "probability", "qosClass", "priorityClassName", "koordinatorPriority",
             "labels", "annotations", "labelKeysMapping", "annotationKeysMapping", "labelSuffixes", "schedulerName",
             "patch"} == set(spec["properties"])
+    # Only the free-form strategic-merge patch keeps unknown fields, as in Koordinator's own CRD.
+    assert _preserving(schema, "") == [".spec.patch"]
+
+
+def _preserving(node: Obj, where: str) -> list[str]:
+    found = [where] if node.get("x-kubernetes-preserve-unknown-fields") else []
+    for name, child in (node.get("properties") or {}).items():
+        found += _preserving(child, f"{where}.{name}")
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            found += _preserving(node[key], f"{where}[]")
+    return found
+
+
+def _as_the_apiserver_reads_it(node: Obj, root: bool = True) -> Obj:
+    """The schema with what a structural schema means for unknown fields made explicit.
+
+    The apiserver never stores a field its structural schema does not declare: with field validation
+    Strict (kubectl's default since 1.25, `--validate=strict`) the request fails with `unknown field
+    "spec.selecter"`; with Warn or Ignore the field is pruned (dropped, with a warning for Warn). Either
+    way the typo never becomes a profile that silently matches every pod. In JSON Schema terms: every
+    object node without x-kubernetes-preserve-unknown-fields and without its own additionalProperties has
+    additionalProperties: false. metadata (ObjectMeta) is validated by the apiserver itself, not here."""
+    node = dict(node)
+    if node.get("type") == "object" and not node.get("x-kubernetes-preserve-unknown-fields") \
+            and "additionalProperties" not in node:
+        node["additionalProperties"] = False
+    props = {}
+    for name, child in (node.get("properties") or {}).items():
+        props[name] = child if (root and name == "metadata") else _as_the_apiserver_reads_it(child, root=False)
+    if props:
+        node["properties"] = props
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            node[key] = _as_the_apiserver_reads_it(node[key], root=False)
+    if "anyOf" in node:
+        node["anyOf"] = [_as_the_apiserver_reads_it(n, root=False) for n in node["anyOf"]]
+    return node
+
+
+@pytest.mark.parametrize(("name", "change", "error"), [
+    ("spec.selecter (a typo of selector)", lambda p: p["spec"].update(selecter={"matchLabels": {"a": "b"}}),
+     "'selecter' was unexpected"),
+    ("spec.selector.matchLabel", lambda p: p["spec"]["selector"].update(matchLabel={"a": "b"}),
+     "'matchLabel' was unexpected"),
+    ("spec.qosclass", lambda p: p["spec"].update(qosclass="BE"), "'qosclass' was unexpected"),
+    ("a matchExpressions item with value", lambda p: p["spec"]["selector"].update(
+        matchExpressions=[{"key": "a", "operator": "In", "value": ["b"]}]), "'value' was unexpected"),
+    ("a field at the top", lambda p: p.update(specs={}), "'specs' was unexpected"),
+    ("status.anything", lambda p: p.update(status={"phase": "x"}), "'phase' was unexpected"),
+])
+def test_crd_schema_refuses_unknown_fields(name: str, change: Any, error: str) -> None:
+    """A typo such as spec.selecter is refused (kubectl) or dropped (other clients), never stored; see
+    ``_as_the_apiserver_reads_it``. The example profile passes the same strict reading."""
+    strict = jsonschema.Draft7Validator(_as_the_apiserver_reads_it(_profile_schema()))
+    profile = copy.deepcopy(_profiles_we_ship()[0][1])
+    assert [e.message for e in strict.iter_errors(profile)] == []
+    change(profile)
+    errors = [e.message for e in strict.iter_errors(profile)]
+    assert any(error in e for e in errors), f"{name}: {errors}"
+
+
+def test_crd_schema_keeps_the_free_form_patch() -> None:
+    strict = jsonschema.Draft7Validator(_as_the_apiserver_reads_it(_profile_schema()))
+    profile = copy.deepcopy(_profiles_we_ship()[0][1])
+    profile["spec"]["patch"] = {"metadata": {"labels": {"x": "y"}}, "spec": {"tolerations": [{"operator": "Exists"}]}}
+    for name, shipped in [("patched", profile), *_profiles_we_ship()]:
+        assert [e.message for e in strict.iter_errors(shipped)] == [], name
 
 
 def _profiles_we_ship() -> list[tuple[str, Obj]]:
@@ -507,10 +737,23 @@ def test_agent_rbac_is_exactly_its_reads_and_api_calls(objects: list[Obj]) -> No
 
 
 @needs_kubectl
+def test_bootstrap_rbac_is_exactly_its_api_calls(objects: list[Obj]) -> None:
+    """Secrets get/update by name and create (which resourceNames cannot limit) in our namespace; the two
+    webhook configurations get/patch by name. The replay test checks the requests sent are these calls."""
+    args = _bootstrap_args(objects)
+    target = Target(namespace=args.namespace, service=args.service, secret_name=args.secret_name,
+                    mutating=args.mutating_webhook_configuration, validating=args.validating_webhook_configuration)
+    assert _grants(objects, BOOTSTRAP_ACCOUNT) == api_calls(target)
+    unnamed = {g for g in _grants(objects, BOOTSTRAP_ACCOUNT) if not g[4]}
+    assert unnamed == {(NAMESPACE, "", "secrets", "create", ())}
+
+
+@needs_kubectl
 def test_each_program_has_its_own_service_account(objects: list[Obj]) -> None:
     accounts = {o["metadata"]["name"] for o in _all(objects, "ServiceAccount")}
-    assert accounts == {"colocation-webhook", "colocation-agent"}
-    used = {w["spec"]["template"]["spec"]["serviceAccountName"] for w in _all(objects, "Deployment") + _all(objects, "DaemonSet")}
+    assert accounts == {"colocation-webhook", "colocation-agent", BOOTSTRAP_ACCOUNT}
+    used = {w["spec"]["template"]["spec"]["serviceAccountName"]
+            for w in _all(objects, "Deployment") + _all(objects, "DaemonSet") + _all(objects, "Job")}
     assert used == accounts
     for role in _all(objects, "Role") + _all(objects, "ClusterRole"):
         for rule in role["rules"]:
@@ -519,9 +762,16 @@ def test_each_program_has_its_own_service_account(objects: list[Obj]) -> None:
 
 
 # -- the cert-manager overlay ------------------------------------------------------------------------
+def _without_bootstrap(objs: list[Obj]) -> list[Obj]:
+    """The default install minus the bootstrap Job and its RBAC (manifests/bootstrap)."""
+    bootstrap = {_ref(o) for o in _kustomize(MANIFESTS / "bootstrap")}
+    return [o for o in objs if _ref(o) not in bootstrap]
+
+
 @needs_kubectl
 def test_cert_manager_overlay(cert_manager: list[Obj], objects: list[Obj]) -> None:
     assert not _all(cert_manager, "Secret")  # cert-manager writes it
+    assert not _all(cert_manager, "Job")
     certs = {c["metadata"]["name"]: c for c in _all(cert_manager, "Certificate")}
     issuers = {i["metadata"]["name"]: i for i in _all(cert_manager, "Issuer")}
     svc = _one(cert_manager, "Service")
@@ -551,7 +801,18 @@ def test_cert_manager_overlay(cert_manager: list[Obj], objects: list[Obj]) -> No
                 h["clientConfig"].pop("caBundle", None)
             out[(o["kind"], o["metadata"]["name"])] = o
         return out
-    assert strip(cert_manager) == strip(objects)
+    assert strip(cert_manager) == strip(_without_bootstrap(objects))
+
+
+@needs_kubectl
+def test_generated_certs_overlay_is_the_same_install_with_a_secret(generated: tuple[list[Obj], Path],
+                                                                  objects: list[Obj]) -> None:
+    overlay = copy.deepcopy(generated[0])
+    secret = _one(overlay, "Secret")
+    assert secret["metadata"]["name"] == _tls_secret_name(objects)
+    for _, hook in _webhooks(overlay):
+        hook["clientConfig"].pop("caBundle")
+    assert [o for o in overlay if o["kind"] != "Secret"] == _without_bootstrap(objects)
 
 
 # -- the example quota AdmissionConfiguration --------------------------------------------------------

@@ -7,6 +7,7 @@ answers with recorded bodies (a few derived from them where the recording has no
 from __future__ import annotations
 
 import copy
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -67,14 +68,14 @@ class RecordingState(ClusterState):
         super().__init__(kinds)
         self.writes: list[tuple[Any, ...]] = []
 
-    def replace(self, kind: str, objects: Any) -> None:
+    def replace(self, kind: str, objects: Any, invalid: Any = None) -> None:
         objects = list(objects)
         self.writes.append(("replace", kind, sorted(o["metadata"]["name"] for o in objects)))
-        super().replace(kind, objects)
+        super().replace(kind, objects, invalid)
 
-    def upsert(self, kind: str, obj: dict[str, Any]) -> None:
+    def upsert(self, kind: str, obj: dict[str, Any], invalid: str | None = None) -> None:
         self.writes.append(("upsert", kind, obj["metadata"]["name"], obj["metadata"].get("labels")))
-        super().upsert(kind, obj)
+        super().upsert(kind, obj, invalid)
 
     def delete(self, kind: str, obj: dict[str, Any]) -> None:
         self.writes.append(("delete", kind, obj["metadata"]["name"]))
@@ -326,6 +327,107 @@ def test_readyz_503_with_reason_then_200_after_first_sync(tmp_path: Path, cert_d
             for _ in range(3):
                 http.get("/readyz")
             assert len([r for r in srv.received[before:] if "watch" not in r.query]) == 0
+
+
+# -- unknown fields in a CRD object ------------------------------------------------------------------
+# The apiserver rejects unknown fields of built-in kinds, but a CRD that preserves unknown fields hands a
+# ClusterColocationProfile with ``selecter:`` over as it is: it must never apply (it would match every pod).
+def ccp_item(name: str, rv: str, **spec_changes: Any) -> dict[str, Any]:
+    """The recorded profile under another name, its spec changed (derived; a value of None removes the field)."""
+    item = copy.deepcopy(load_exchange("clustercolocationprofiles-list")["response"]["body"]["items"][0])
+    item["metadata"].update(name=name, resourceVersion=rv, uid=f"uid-{name}")
+    item["spec"]["namespaceSelector"] = {"matchLabels": {"koordinator.sh/enable-colocation": "true"}}
+    for key, value in spec_changes.items():
+        if value is None:
+            item["spec"].pop(key, None)
+        else:
+            item["spec"][key] = value
+    return item
+
+
+TYPO = {"selector": None, "selecter": {"matchLabels": {"app": "batch"}}}
+TYPO_MESSAGE = 'unknown field "spec.selecter"'
+
+
+class MarkingState(ClusterState):
+    """A real ClusterState noting each profile write with its invalid mark, in order."""
+
+    def __init__(self, kinds: Any) -> None:
+        super().__init__(kinds)
+        self.marks: list[tuple[str, Any]] = []
+
+    def replace(self, kind: str, objects: Any, invalid: Any = None) -> None:
+        if kind == "ClusterColocationProfile":
+            self.marks.append(("replace", dict(invalid or {})))
+        super().replace(kind, objects, invalid)
+
+    def upsert(self, kind: str, obj: dict[str, Any], invalid: str | None = None) -> None:
+        if kind == "ClusterColocationProfile":
+            self.marks.append((obj["metadata"]["name"], invalid))
+        super().upsert(kind, obj, invalid)
+
+
+def live_warnings(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
+    return [(r.levelname, r.getMessage()) for r in caplog.records
+            if r.name == "webhook.cluster.live" and "ClusterColocationProfile colo-" in r.getMessage()]
+
+
+def test_listed_profile_with_unknown_field_fails_closed(api: ReplayAPIServer, tmp_path: Path,
+                                                        caplog: pytest.LogCaptureFixture) -> None:
+    from tests.mutating import labels_of, mutate, pod
+
+    caplog.set_level(logging.INFO, logger="webhook.cluster.live")
+    for kind, (name, path) in WEBHOOK_LISTS.items():
+        if kind == "ClusterColocationProfile":  # derived: the recorded list plus a profile with a typo
+            body = copy.deepcopy(load_exchange(name)["response"]["body"])
+            body["items"].append(ccp_item("colo-typo", "283", **TYPO))
+            api.add_json("GET", path, body)
+        else:
+            api.add_exchange(name, path=path)
+        api.add_watch(path, [])
+    state = ClusterState(WEBHOOK_KINDS)
+    with live(state, api.url, tmp_path):
+        wait_for(lambda: state.ready, what="first sync")
+        assert [p["metadata"]["name"] for p in state.colocation_profiles()] == ["colo-typo", "colocation-profile-example"]
+        assert state.invalid_colocation_profiles() == {"colo-typo": TYPO_MESSAGE}
+        decision, patched = mutate(pod("p", "colo-demo", labels={"app": "web"}), state)
+        assert decision.allowed and patched is not None
+        assert "koordinator.sh/qosClass" not in labels_of(patched)  # the typo did not make every pod BE
+        assert decision.warnings == [f"colocation profile colo-typo ignored: {TYPO_MESSAGE}"]
+    assert live_warnings(caplog) == [
+        ("WARNING", f"ClusterColocationProfile colo-typo: {TYPO_MESSAGE}; not applied until it is fixed")]
+
+
+def test_watched_profile_with_unknown_field_is_marked_and_logged_once(api: ReplayAPIServer, tmp_path: Path,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="webhook.cluster.live")
+    api.add_exchange("clustercolocationprofiles-list", path=CCP)
+    events = [  # derived watch events after the recorded list (resourceVersion 283)
+        {"type": "ADDED", "object": ccp_item("colo-typo", "284", **TYPO)},
+        {"type": "MODIFIED", "object": ccp_item("colo-typo", "285", **TYPO, qosClass="LS")},
+        {"type": "MODIFIED", "object": ccp_item("colo-typo", "286", selecter=None,
+                                                selector={"matchLabels": {"app": "batch"}})},
+        {"type": "MODIFIED", "object": ccp_item("colo-typo", "287", priorityClassNmae="koord-batch")},
+        {"type": "DELETED", "object": ccp_item("colo-typo", "288", priorityClassNmae="koord-batch")},
+    ]
+    api.add_watch(CCP, events, query={"resourceVersion": "283"})
+    state = MarkingState(("ClusterColocationProfile",))
+    with live(state, api.url, tmp_path) as src:
+        wait_for(lambda: src.status()["ClusterColocationProfile"].resource_version == "288", what="every event")
+    assert state.marks == [
+        ("replace", {}),
+        ("colo-typo", TYPO_MESSAGE),
+        ("colo-typo", TYPO_MESSAGE),
+        ("colo-typo", None),
+        ("colo-typo", 'unknown field "spec.priorityClassNmae"'),
+    ]
+    assert state.invalid_colocation_profiles() == {}  # deleted: the mark went with the object
+    assert live_warnings(caplog) == [  # once per object and reason, not on every event
+        ("WARNING", f"ClusterColocationProfile colo-typo: {TYPO_MESSAGE}; not applied until it is fixed"),
+        ("INFO", "ClusterColocationProfile colo-typo: fixed, applied again"),
+        ("WARNING", ('ClusterColocationProfile colo-typo: unknown field "spec.priorityClassNmae"; '
+                     "not applied until it is fixed")),
+    ]
 
 
 # -- lifecycle and set-up errors ------------------------------------------------------------------

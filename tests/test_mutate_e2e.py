@@ -171,7 +171,7 @@ def test_review_explain_shows_profiles_rules_and_patch(tmp_path: Path, state_dir
            "does not match namespace colo-demo labels" in err
     assert "probability draw" in err
     assert "[priority] already resolved: koord-batch = 5000" in err
-    assert "[batch-resources] container nginx: converted requests.cpu" in err
+    assert '[batch-resources] container "nginx": converted requests.cpu' in err
     assert "patch: [" in err
     assert json.loads(captured.out)["spec"]["priorityClassName"] == "koord-batch"
 
@@ -183,11 +183,11 @@ def test_review_explain_shows_selector_and_probability_misses(tmp_path: Path, st
         {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
          "metadata": {"name": "bad"}, "spec": {"selector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}}]))
     pod = _pod_file(tmp_path, "v1-mutate-create-koord-batch-init-containers.json")
-    # converted to batch resources but not labelled BE: Koordinator's validating rule denies it (exit 1)
-    assert main(["review", str(pod), "--cluster-state", str(state_dir), "--explain"]) == 1
+    # no profile matches; converted to batch resources, so labelled BE, which Koordinator's rule needs
+    assert main(["review", str(pod), "--cluster-state", str(state_dir), "--explain"]) == 0
     err = capsys.readouterr().err
-    assert "[koordinator-rules] denied: labels.koordinator.sh/qosClass: Required value: must specify " \
-           "koordinator QoS BE with koordinator colocation resources" in err
+    assert "[batch-resources] the pod states no QoS class: koordinator.sh/qosClass=BE, the class of koord-batch" in err
+    assert "[koordinator-rules] qosClass=BE, priorityClass=koord-batch: allowed" in err
     assert "profile colocation-profile-example: no match: selector koordinator.sh/enable-colocation=true " \
            "does not match pod labels {app=batch-init}" in err
     assert "profile never: no match:" in err and "probability 0%: draw" in err
@@ -210,3 +210,30 @@ def test_review_denial_exits_1(tmp_path: Path, state_dir: Path, capsys) -> None:
     for output in ("yaml", "patch", "review"):
         assert main(["review", str(pod), "--cluster-state", str(state_dir), "--output", output]) == 1
         assert "no PriorityClass with name koord-gold was found" in capsys.readouterr().err
+
+
+def test_recorded_batch_pod_with_an_invalid_cpu_is_denied_whole(srv: Server) -> None:
+    review = load_fixture("admission/v1-mutate-create-koord-batch-init-containers.json")
+    review["request"]["object"]["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "abc"
+    resp = _post(srv, review)
+    assert resp["allowed"] is False and "patch" not in resp
+    assert resp["status"] == {"code": 400, "reason": "BadRequest", "message":
+                              'spec.containers[0].resources.requests[cpu]: Invalid value: "abc": quantities must '
+                              "match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"}
+
+
+def test_review_of_a_koord_batch_pod_without_qos_or_profile_is_admitted(tmp_path: Path, state_dir: Path,
+                                                                       capsys) -> None:  # type: ignore[no-untyped-def]
+    """Seen behind a real kube-apiserver: such a pod was converted, then denied for want of QoS BE."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w", "namespace": "webhook-test"},
+           "spec": {"priorityClassName": "koord-batch",
+                    "containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "0.5m"}}}]}}
+    path = tmp_path / "pod.yaml"
+    path.write_text(yaml.safe_dump(pod))
+    assert main(["review", str(path), "--cluster-state", str(state_dir)]) == 0
+    captured = capsys.readouterr()
+    out = yaml.safe_load(captured.out)
+    assert out["metadata"]["labels"] == {"koordinator.sh/qosClass": "BE"}
+    assert out["spec"]["containers"][0]["resources"] == {"requests": {"kubernetes.io/batch-cpu": "1"}}
+    assert 'requests.cpu "0.5m" is not whole milli-cores: batch-cpu 1 (rounded up)' in captured.err
+    assert "did you mean" not in captured.err and "1k" not in captured.err

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from tests.validating_helpers import container, pod, state, validate
-from webhook.core.quota import (
+from webhook.admission.domain.quota import (
     check_presence,
     format_scopes,
     limited_resource_names,

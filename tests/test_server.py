@@ -114,9 +114,20 @@ BAD_BODIES = [
     ("wrong kind", b'{"apiVersion": "admission.k8s.io/v1", "kind": "Pod", "request": {"uid": "a"}}', 400, "kind"),
     ("unknown version", b'{"apiVersion": "admission.k8s.io/v2", "kind": "AdmissionReview", "request": {"uid": "a"}}',
      400, "apiVersion"),
-    ("no request", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', 400, "no request"),
+    ("no request", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', 400,
+     "invalid AdmissionReview: request is missing"),
+    ("kind only", b'{"kind": "AdmissionReview"}', 400, "invalid AdmissionReview: apiVersion, request are missing"),
+    ("empty object", b'{}', 400, "invalid AdmissionReview: apiVersion, kind, request are missing"),
+    ("null apiVersion", b'{"apiVersion": null, "kind": "AdmissionReview", "request": {"uid": "a"}}', 400,
+     "invalid AdmissionReview: apiVersion is missing"),
+    ("request not an object", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": [1]}',
+     400, "request must be an object, got list"),
     ("no uid", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"operation": "CREATE"}}',
-     400, "request.uid"),
+     400, "invalid AdmissionReview: request.uid is missing"),
+    ("empty uid", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": ""}}',
+     400, "invalid AdmissionReview: request.uid is empty"),
+    ("no operation", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": "a"}}',
+     400, "invalid AdmissionReview: request.operation is missing"),
     ("bad operation", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
                       b'"request": {"uid": "a", "operation": "EXPLODE"}}', 400, "request.operation"),
     ("object not a map", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
@@ -131,6 +142,7 @@ def test_bad_input_gets_a_clear_400(server: Server, name: str, body: bytes, stat
         assert r.status_code == status
         err = r.json()
         assert needle in err["error"]
+        assert "got None" not in err["error"]
         assert "Traceback" not in r.text
 
 

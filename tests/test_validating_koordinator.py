@@ -7,7 +7,7 @@ import copy
 import pytest
 
 from tests.conftest import load_fixture
-from tests.validating_helpers import expect, BATCH_CPU, BATCH_MEMORY, batch, container, pod, state, validate
+from tests.validating_helpers import BATCH_CPU, BATCH_MEMORY, batch, container, expect, pod, state, validate
 from webhook.admission import chain
 from webhook.admission.review import review_from_dict
 

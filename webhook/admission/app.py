@@ -1,156 +1,32 @@
-"""The HTTP edge: FastAPI routes for /mutate, /validate, /healthz, /readyz and /metrics."""
+"""The FastAPI app (/healthz, /readyz, /metrics, and the review routes for OpenAPI and mounted use) and
+``create_server``, which puts the review dispatcher in front of it: what ``serve`` runs."""
 
 from __future__ import annotations
 
 import logging
-import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from webhook.admission import chain
-from webhook.admission.response import Decision
-from webhook.admission.review import MAX_BODY_BYTES, AdmissionReview, ReviewError, decode_review, encode_response
+from webhook import __version__
+from webhook.admission.asgi import ASGIApp, Middleware, ReviewDispatcher, review_answer
+from webhook.admission.context import Settings
+from webhook.admission.review import AdmissionReview
+from webhook.admission.service import Endpoint, ReviewService, error_body
 from webhook.cluster.state import ClusterState
 
-log = logging.getLogger("webhook.admission")
-
-# Buckets below 5 ms: the apiserver's own smallest bucket is 5 ms and we answer well under it.
-LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 JSON = "application/json"
-UNWRITABLE = ("request.object cannot be written back in a patch: it nests deeper than 255 levels "
-              "or holds an integer beyond 64 bits")
-
-
-class Metrics:
-    def __init__(self, state: ClusterState) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("colocation_webhook_requests", "Admission requests by endpoint, operation and outcome",
-                                ["endpoint", "operation", "outcome"], registry=self.registry)
-        self.latency = Histogram("colocation_webhook_request_duration_seconds", "Time to answer one admission review",
-                                 ["endpoint"], buckets=LATENCY_BUCKETS, registry=self.registry)
-        self.patches = Counter("colocation_webhook_patch_operations", "JSON Patch operations sent",
-                               ["rule"], registry=self.registry)
-        self.denials = Counter("colocation_webhook_denials", "Denied admission reviews by rule",
-                               ["rule"], registry=self.registry)
-        self.registry.register(_StateCollector(state))
-        # The labelled children, kept per label values: ``labels()`` validates and locks on every call,
-        # about as costly as a rule, and the label values repeat (a handful of each).
-        self._children: dict[tuple[Any, ...], Any] = {}
-
-    def _child(self, metric: Any, *values: str) -> Any:
-        key = (metric, *values)
-        child = self._children.get(key)
-        if child is None:  # created on first use, as labels() does: a series shows once it happened
-            child = self._children[key] = metric.labels(*values)
-        return child
-
-    def request(self, endpoint: str, operation: str, outcome: str) -> None:
-        self._child(self.requests, endpoint, operation, outcome).inc()
-
-    def observe(self, endpoint: str, seconds: float) -> None:
-        self._child(self.latency, endpoint).observe(seconds)
-
-    def patched(self, endpoint: str, ops: int) -> None:
-        self._child(self.patches, endpoint).inc(ops)
-
-    def denied(self, rule: str) -> None:
-        self._child(self.denials, rule).inc()
-
-
-class _StateCollector:
-    """Cache sync state and object counts, read at scrape time."""
-
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
-
-    def collect(self):  # type: ignore[no-untyped-def]
-        synced = GaugeMetricFamily("colocation_webhook_cache_synced", "1 when the kind completed its first sync",
-                                   labels=["kind"])
-        objects = GaugeMetricFamily("colocation_webhook_cache_objects", "Objects held in the cache",
-                                    labels=["kind"])
-        done = self.state.synced_kinds()
-        for kind, n in self.state.counts().items():
-            synced.add_metric([kind], 1.0 if kind in done else 0.0)
-            objects.add_metric([kind], float(n))
-        yield synced
-        yield objects
-
-
-def _error_body(status: int, message: str) -> bytes:
-    return orjson.dumps({"error": message, "code": status})
+log = logging.getLogger("webhook.admission")
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> Response:
-    return Response(_error_body(status, message), status_code=status, media_type=JSON, headers=headers)
-
-
-def _too_large(length: int | None) -> str:
-    size = f"{length} bytes, " if length is not None else ""
-    return f"request body is {size}larger than the {MAX_BODY_BYTES} byte limit"
-
-
-class _WebhookApp(FastAPI):
-    """FastAPI with POST /mutate and /validate answered straight from ASGI, ahead of all of FastAPI.
-
-    FastAPI's Request/route machinery costs about as much per request as all the rules together, and
-    its outer layers (the OpenTelemetry check, Starlette's error middleware) a few µs more; the reviews
-    are the hot path, so they skip it all. ``answer`` never raises, so the error middleware has nothing
-    to catch there. Everything else, and the OpenAPI description of these two routes (which answer the
-    same through ``answer``), goes through FastAPI.
-    """
-
-    review_fast_path: _ReviewFastPath | None = None
-
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
-        fast = self.review_fast_path
-        if fast is not None and scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in fast.reviews:
-            await fast(scope, receive, send)
-        else:
-            await super().__call__(scope, receive, send)
-
-
-class _ReviewFastPath:
-    """One review over raw ASGI: the body read with the size limit, ``answer``, the JSON reply."""
-
-    def __init__(self, answer, reviews) -> None:  # type: ignore[no-untyped-def]
-        self.answer = answer
-        self.reviews = reviews
-
-    async def reply(self, endpoint: str, run, headers, receive) -> tuple[int, bytes] | None:  # type: ignore[no-untyped-def]
-        """Read the body under the size limit and answer it; None when the client went away."""
-        length = next((v for k, v in headers if k == b"content-length"), None)
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return 413, _error_body(413, _too_large(int(length)))
-        chunks, size, more = [], 0, True
-        while more and size <= MAX_BODY_BYTES:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return None
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        if size > MAX_BODY_BYTES:
-            return 413, _error_body(413, _too_large(None))
-        return self.answer(endpoint, run, b"".join(chunks))
-
-    async def __call__(self, scope, receive, send) -> None:  # type: ignore[no-untyped-def]
-        endpoint, run = self.reviews[scope["path"]]
-        result = await self.reply(endpoint, run, scope["headers"], receive)
-        if result is None:
-            return
-        status, payload = result
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode())]})
-        await send({"type": "http.response.body", "body": payload})
+    return Response(error_body(status, message), status_code=status, media_type=JSON, headers=headers)
 
 
 _REVIEW_SCHEMA = AdmissionReview.model_json_schema(ref_template="#/components/schemas/{model}")
@@ -163,57 +39,18 @@ _REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
-def create_app(state: ClusterState, settings: chain.Settings | None = None) -> FastAPI:
-    settings = settings or chain.Settings()
-    app = _WebhookApp(title="colocation-webhook", version="0.1.0", docs_url=None, redoc_url=None)
-    metrics = Metrics(state)
-    app.state.metrics = metrics
-    app.state.cluster = state
+def create_app(state: ClusterState, settings: Settings | None = None,
+               service: ReviewService | None = None) -> FastAPI:
+    service = service or ReviewService(state, settings)
+    app = FastAPI(title="colocation-webhook", version=__version__, docs_url=None, redoc_url=None)
+    app.state.service = service
 
-    def answer(endpoint: str, run, body: bytes) -> tuple[int, bytes]:  # type: ignore[no-untyped-def]
-        """(HTTP status, JSON body) for one review: the single implementation behind both paths."""
-        start = time.perf_counter()
-        operation = "unknown"
-        try:
-            try:
-                review = decode_review(body)
-            except ReviewError as exc:
-                metrics.request(endpoint, operation, "bad_request")
-                return exc.status, _error_body(exc.status, exc.message)
-            req = review.request
-            operation = req.operation
-            decision: Decision = run(req, state, settings)
-            if not decision.allowed:
-                outcome = "denied"
-                metrics.denied(decision.rule or "unknown")
-            elif decision.patch:
-                outcome = "patched"
-                metrics.patched(endpoint, len(decision.patch))
-            else:
-                outcome = "allowed"
-            try:
-                payload = encode_response(review.apiVersion, req.uid, decision)
-            except TypeError:  # orjson: a patch value nested deeper than 255 levels, or a huge integer
-                metrics.request(endpoint, operation, "bad_request")
-                return 400, _error_body(400, UNWRITABLE)
-            metrics.request(endpoint, operation, outcome)
-            return 200, payload
-        except Exception:  # never a traceback in a response
-            log.exception("unexpected error answering %s", endpoint)
-            metrics.request(endpoint, operation, "error")
-            return 500, _error_body(500, "internal error; see the webhook's log")
-        finally:
-            metrics.observe(endpoint, time.perf_counter() - start)
-
-    reviews = {"/mutate": ("mutate", chain.mutate), "/validate": ("validate", chain.validate)}
-
-    async def via_fastapi(request: Request, endpoint: str) -> Response:
-        # Reached when the fast path did not match, e.g. the app mounted under a path prefix.
-        fast = app.review_fast_path
-        assert fast is not None
-        result = await fast.reply(endpoint, reviews["/" + endpoint][1], request.scope["headers"], request.receive)
-        status, payload = result or (400, _error_body(400, "the client closed the connection"))
-        return Response(payload, status_code=status, media_type=JSON)
+    async def via_fastapi(request: Request, endpoint: Endpoint) -> Response:
+        # Reached when the dispatcher is not in front, e.g. this app mounted under a path prefix.
+        answer = await review_answer(service, endpoint, request.scope, request.receive)
+        if answer is None:
+            return _error(400, "the client closed the connection")
+        return Response(answer.body, status_code=answer.status, media_type=JSON)
 
     @app.post("/mutate", openapi_extra={"requestBody": _REVIEW_BODY}, responses=_REVIEW_RESPONSES)
     async def mutate(request: Request) -> Response:
@@ -224,8 +61,6 @@ def create_app(state: ClusterState, settings: chain.Settings | None = None) -> F
     async def validate(request: Request) -> Response:
         """Validating admission: batch resource rules, Koordinator rules, PriorityClass quota presence."""
         return await via_fastapi(request, "validate")
-
-    app.review_fast_path = _ReviewFastPath(answer, reviews)
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:
@@ -241,7 +76,7 @@ def create_app(state: ClusterState, settings: chain.Settings | None = None) -> F
     @app.get("/metrics", response_class=PlainTextResponse,
              responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}})
     async def metrics_endpoint() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
@@ -268,6 +103,26 @@ def create_app(state: ClusterState, settings: chain.Settings | None = None) -> F
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way; its hints forbid it
     return app
 
+
+@dataclass(slots=True, frozen=True)
+class WebhookServer:
+    """What ``serve`` runs: ``asgi`` (the dispatcher, wrapped in any middleware) in front of ``app``."""
+
+    asgi: ASGIApp
+    app: FastAPI
+    service: ReviewService
+
+
+def create_server(state: ClusterState, settings: Settings | None = None,
+                  middleware: Sequence[Middleware] = ()) -> WebhookServer:
+    """The review service, the FastAPI app, and the dispatcher in front; ``middleware`` wraps the dispatcher
+    (the first listed outermost), so it sees review requests too."""
+    service = ReviewService(state, settings)
+    app = create_app(state, settings, service)
+    asgi: ASGIApp = ReviewDispatcher(service, app)
+    for wrap in reversed(middleware):
+        asgi = wrap(asgi)
+    return WebhookServer(asgi, app, service)

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from webhook.core.quota import scope_requirement_error
+from webhook.admission.domain.quota import scope_requirement_error
 
 CONFIG_KINDS = {
     ("apiserver.config.k8s.io/v1", "ResourceQuotaConfiguration"),

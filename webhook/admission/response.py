@@ -1,4 +1,4 @@
-"""The answer vocabulary: a rule returns a Decision built by one of these constructors."""
+"""The answer vocabulary: a rule denies with one of these constructors; the chain builds the Decision."""
 
 from __future__ import annotations
 
@@ -8,8 +8,19 @@ from typing import Any
 WARNING_LIMIT = 120  # apiserver guidance: keep each warning under 120 characters
 
 
+@dataclass(slots=True, frozen=True)
+class Denial:
+    """A rule's refusal: the status the apiserver shows the client."""
+
+    message: str
+    code: int = 403
+    reason: str = "Forbidden"
+
+
 @dataclass(slots=True)
 class Decision:
+    """The answer to one review: allowed (with a JSONPatch for a mutating review) or denied."""
+
     allowed: bool = True
     code: int = 200
     reason: str = ""
@@ -19,31 +30,29 @@ class Decision:
     audit_annotations: dict[str, str] = field(default_factory=dict)
     rule: str = ""  # the rule that denied, for metrics and --explain
 
-    def warn(self, text: str) -> None:
-        if len(text) >= WARNING_LIMIT:
-            text = text[: WARNING_LIMIT - 2] + "…"
-        if text not in self.warnings:
-            self.warnings.append(text)
+    @classmethod
+    def of(cls, denial: Denial, rule: str, warnings: list[str], audit_annotations: dict[str, str]) -> Decision:
+        """A rule's denial as the answer, with what the rules before it said."""
+        return cls(allowed=False, code=denial.code, reason=denial.reason, message=denial.message, rule=rule,
+                   warnings=warnings, audit_annotations=audit_annotations)
 
 
-def allowed() -> Decision:
-    return Decision()
+def denied(message: str) -> Denial:
+    return Denial(message)
 
 
-def patched(ops: list[dict[str, Any]]) -> Decision:
-    return Decision(patch=ops)
+def bad_request(message: str) -> Denial:
+    """An object whose shape the rules cannot work with (HTTP 400 in the answer's status)."""
+    return Denial(message, 400, "BadRequest")
 
 
-def denied(message: str, rule: str = "", code: int = 403, reason: str = "Forbidden") -> Decision:
-    return Decision(allowed=False, code=code, reason=reason, message=message, rule=rule)
-
-
-def forbidden(name: str, message: str, rule: str = "", resource: str = "pods") -> Decision:
+def forbidden(name: str, message: str, resource: str = "pods") -> Denial:
     """403 in the in-tree plugins' wording (admission.NewForbidden): ``pods "<name>" is forbidden: ...``."""
-    return denied(f'{resource} "{name}" is forbidden: {message}', rule=rule)
+    return denied(f'{resource} "{name}" is forbidden: {message}')
 
 
 def errored(code: int, message: str, rule: str = "") -> Decision:
+    """A review the webhook could not answer on its merits (400: unusable object, 500: a failure)."""
     reason = {400: "BadRequest", 500: "InternalError"}.get(code, "")
     return Decision(allowed=False, code=code, reason=reason, message=message, rule=rule)
 
@@ -55,10 +64,8 @@ def chain_outcome(mutation: Decision, validation: Decision) -> Decision:
     carried); the warnings and audit annotations of both steps reach the client either way.
     """
     last = mutation if not mutation.allowed else validation
-    out = Decision(allowed=last.allowed, code=last.code, reason=last.reason, message=last.message, rule=last.rule,
-                   patch=list(mutation.patch) if last.allowed else [])
-    for w in mutation.warnings + (validation.warnings if mutation.allowed else []):
-        out.warn(w)
-    out.audit_annotations = {**mutation.audit_annotations,
-                             **(validation.audit_annotations if mutation.allowed else {})}
-    return out
+    both = [mutation] + ([validation] if mutation.allowed else [])
+    warnings = list(dict.fromkeys(w for d in both for w in d.warnings))
+    audit = {k: v for d in both for k, v in d.audit_annotations.items()}
+    return Decision(allowed=last.allowed, code=last.code, reason=last.reason, message=last.message, rule=last.rule,
+                    patch=list(mutation.patch) if last.allowed else [], warnings=warnings, audit_annotations=audit)

@@ -74,7 +74,7 @@ def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors()[:3]:
         where = ".".join(str(p) for p in err["loc"]) or "body"
-        parts.append(f"{where}: {err['msg']}")
+        parts.append(f"{where} is missing" if err["type"] == "missing" else f"{where}: {err['msg']}")
     return "invalid AdmissionReview: " + "; ".join(parts)
 
 
@@ -94,14 +94,21 @@ def decode_review(body: bytes) -> AdmissionReview:
 def review_from_dict(data: Any) -> AdmissionReview:
     if not isinstance(data, dict):
         raise ReviewError(400, f"request body must be a JSON object (AdmissionReview), got {type(data).__name__}")
-    if data.get("kind") != "AdmissionReview":
-        raise ReviewError(400, f"kind must be AdmissionReview, got {data.get('kind')!r}")
-    if data.get("apiVersion") not in API_VERSIONS:
-        raise ReviewError(400, f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {data.get('apiVersion')!r}")
-    if not isinstance(data.get("request"), dict):
-        raise ReviewError(400, "AdmissionReview has no request object")
-    if not data["request"].get("uid"):
-        raise ReviewError(400, "request.uid is missing or empty")
+    # A null counts as absent, as in the apiserver's decoding.
+    missing = [f for f in ("apiVersion", "kind", "request") if data.get(f) is None]
+    if missing:
+        raise ReviewError(400, f"invalid AdmissionReview: {', '.join(missing)} "
+                               f"{'is' if len(missing) == 1 else 'are'} missing")
+    if data["kind"] != "AdmissionReview":
+        raise ReviewError(400, f"kind must be AdmissionReview, got {data['kind']!r}")
+    if data["apiVersion"] not in API_VERSIONS:
+        raise ReviewError(400, f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {data['apiVersion']!r}")
+    if not isinstance(data["request"], dict):
+        raise ReviewError(400, f"request must be an object, got {type(data['request']).__name__}")
+    if data["request"].get("uid") is None:
+        raise ReviewError(400, "invalid AdmissionReview: request.uid is missing")
+    if data["request"]["uid"] == "":
+        raise ReviewError(400, "invalid AdmissionReview: request.uid is empty")
     try:
         return AdmissionReview.model_validate(data)
     except ValidationError as exc:

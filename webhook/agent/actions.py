@@ -5,11 +5,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from enum import Enum
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,7 @@ COMPONENT = "colocation-agent"
 SMP = "application/strategic-merge-patch+json"
 
 
-class EvictOutcome(str, Enum):
+class EvictOutcome(StrEnum):
     EVICTED = "evicted"
     BLOCKED = "blocked"        # 429: a PodDisruptionBudget (or the API's rate limit) said no
     GONE = "gone"              # 404: the pod no longer exists
@@ -53,7 +54,7 @@ def _status_message(exc: Any) -> str:
 
 
 def _now_rfc3339() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class KubeActions:
@@ -79,10 +80,8 @@ class KubeActions:
         for call, args in ((self.core.create_namespaced_pod_eviction, (None, None, None)),
                            (self.core.create_namespaced_event, (None, None)),
                            (self.core.patch_node_status, (None, None))):
-            try:
+            with contextlib.suppress(Exception):  # the validation error is the point
                 call(*args)
-            except Exception:  # noqa: BLE001, S110  (the validation error is the point)
-                pass
 
     def begin_cycle(self) -> None:
         self.unreachable = None
@@ -120,7 +119,7 @@ class KubeActions:
         if self.unreachable is not None:
             return False
         stamp = _now_rfc3339()
-        body: Any = {
+        body = {
             "apiVersion": "v1", "kind": "Event",
             "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": namespace},
             "involvedObject": involved,
@@ -130,8 +129,10 @@ class KubeActions:
             "reportingComponent": COMPONENT, "reportingInstance": self.node_name,
         }
         try:
-            resp: Any = self.core.create_namespaced_event(
-                namespace, body, _preload_content=False, _request_timeout=self._timeouts())
+            # A raw dict body, which the client sends as is (its hints ask for a CoreV1Event model).
+            core: Any = self.core
+            resp: Any = core.create_namespaced_event(namespace, body, _preload_content=False,
+                                                     _request_timeout=self._timeouts())
             resp.read()
             return True
         except Exception as exc:  # an event is best effort
@@ -161,10 +162,11 @@ def api_client_for(kubeconfig: str | None) -> Any:
     import urllib3
     from kubernetes import client, config
 
+    loaders: Any = config  # the kubernetes package ships no type hints for its config loaders
     cfg = type.__call__(client.Configuration)   # a fresh one, not a copy of the process-wide default
     # A connection that cannot be made is not retried: the cycle's one short timeout is enough to know.
     cfg.retries = urllib3.Retry(total=3, connect=0)
     if kubeconfig:
-        return config.new_client_from_config(config_file=kubeconfig, client_configuration=cfg)  # type: ignore[no-untyped-call]
-    config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
+        return loaders.new_client_from_config(config_file=kubeconfig, client_configuration=cfg)
+    loaders.load_incluster_config(client_configuration=cfg)
     return client.ApiClient(cfg)

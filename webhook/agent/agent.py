@@ -11,31 +11,48 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from webhook.agent.actions import EvictOutcome, KubeActions
 from webhook.agent.cgroups import CgroupFiles
 from webhook.agent.collectors import CollectError, Collector, Layout, Sample
+from webhook.agent.domain import batch_allocatable as batchcalc
+from webhook.agent.domain import cpu_suppress as suppress
+from webhook.agent.domain.cgroup_limits import (
+    DEFAULT_CFS_PERIOD,
+    UNLIMITED,
+    CgroupWrite,
+    Current,
+    Folder,
+    plan_writes,
+)
+from webhook.agent.domain.eviction import (
+    EVENT_REASON_SUCCESS,
+    EVICT_BY_NODE_MEMORY_USAGE,
+    EvictionMemory,
+    Victim,
+    build_tasks,
+    candidates,
+    select_victims,
+)
+from webhook.agent.domain.memory_notify import trigger_level
+from webhook.agent.domain.slo_config import ConfigTracker, CPUSuppress
+from webhook.agent.domain.thresholds import (
+    DEFAULT_PRESSURE_TRANSITION_PERIOD,
+    MEMORY_AVAILABLE,
+    EngineState,
+    Observation,
+    Threshold,
+    evaluate,
+    watermark_threshold,
+)
 from webhook.agent.metrics import UNITS, AgentMetrics, Health
 from webhook.agent.notify import WAKE, MemoryWatch
 from webhook.cluster.state import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
-from webhook.core import batch_allocatable as batchcalc
-from webhook.core import cpu_suppress as suppress
-from webhook.core.cgroup_limits import DEFAULT_CFS_PERIOD, UNLIMITED, CgroupWrite, Current, Folder, plan_writes
-from webhook.core.eviction import (
-    EVENT_REASON_SUCCESS, EVICT_BY_NODE_MEMORY_USAGE, EvictionMemory, Victim, build_tasks, candidates,
-    select_victims,
-)
-from webhook.core.memory_notify import trigger_level
 from webhook.core.qos import is_be, kube_qos_class
 from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
 from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
-from webhook.core.slo_config import ConfigTracker, CPUSuppress
-from webhook.core.thresholds import (
-    DEFAULT_PRESSURE_TRANSITION_PERIOD, MEMORY_AVAILABLE, EngineState, Observation, Threshold, evaluate,
-    watermark_threshold,
-)
 
 log = logging.getLogger("colocation-agent")
 
@@ -61,7 +78,7 @@ def _quantity(raw: Any) -> Any:
 
 
 def _wall() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Agent:
@@ -109,9 +126,9 @@ class Agent:
             return
         self.metrics.config_errors.inc()
         log.error("slo-controller-config: %s", problem)
-        if cm is not None and self._acting():
+        if cm is not None and self.actions is not None and not self.options.dry_run:
             meta = cm.get("metadata") or {}
-            self.actions.event({"kind": "ConfigMap", "apiVersion": "v1", "namespace": meta.get("namespace"),  # type: ignore[union-attr]
+            self.actions.event({"kind": "ConfigMap", "apiVersion": "v1", "namespace": meta.get("namespace"),
                                 "name": meta.get("name"), "uid": meta.get("uid")},
                                "ColocationCfgInvalid", problem)
 

@@ -1,6 +1,6 @@
 """Reading and writing the cgroup files the agent enforces (BE limits, BE suppression).
 
-Builds the ``webhook.core.cgroup_limits.Folder`` trees from what the folders hold now, and applies the
+Builds the ``webhook.agent.domain.cgroup_limits.Folder`` trees from what the folders hold now, and applies the
 planned writes one by one. A refused write (cgroup v1 ``EBUSY`` when usage is above a new memory limit,
 ``EINVAL`` for a quota its parent forbids, a folder that vanished) is logged and counted, never raised:
 the next cycle reads the folders again and plans again.
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.agent.collectors import Layout
-from webhook.agent.metrics import AgentMetrics
-from webhook.core.cgroup_limits import (
+from webhook.agent.domain.cgroup_limits import (
     BESTEFFORT_FOLDER,
     CgroupWrite,
     Current,
@@ -33,6 +32,7 @@ from webhook.core.cgroup_limits import (
     parse_current,
     pod_limits,
 )
+from webhook.agent.metrics import AgentMetrics
 from webhook.core.qos import is_be
 
 log = logging.getLogger("colocation-agent")

@@ -14,7 +14,6 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 STAT_SECONDS = 5.0
 
 
@@ -68,7 +67,8 @@ def parse_meminfo(text: bytes, path: Path) -> tuple[int, int]:
         try:
             found.append(int(parts[1]) * (1024 if parts[2:3] == [b"kB"] else 1))
         except (ValueError, IndexError):
-            raise CollectError(f"{path}: malformed {key.decode()} line: {line.decode(errors='replace')!r}") from None
+            shown = line.decode(errors="replace")
+            raise CollectError(f"{path}: malformed {key.decode()} line: {shown!r}") from None
     return found[0], found[1]
 
 
@@ -123,7 +123,8 @@ def read_cpu_ticks(proc_root: Path) -> tuple[int, int, int]:
 
 
 # -- cgroups ----------------------------------------------------------------------------------------
-_POD_DIR = re.compile(r"^(?:kubepods-(?:burstable-|besteffort-)?pod(?P<sd>[0-9a-fA-F_-]+)\.slice|pod(?P<fs>[0-9a-fA-F-]+))$")
+_POD_DIR = re.compile(r"^(?:kubepods-(?:burstable-|besteffort-)?pod(?P<sd>[0-9a-fA-F_-]+)\.slice"
+                      r"|pod(?P<fs>[0-9a-fA-F-]+))$")
 
 
 class OpenFiles:

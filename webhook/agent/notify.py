@@ -5,7 +5,7 @@ Sources, by what the kernel offers (``--memory-notification auto``):
 - ``memcg-threshold`` (cgroup v1): a threshold on the root memory cgroup's ``memory.usage_in_bytes``, registered
   through ``cgroup.event_control`` with an eventfd, as the kubelet's ``--kernel-memcg-notification`` does. The
   kernel signals crossings in both directions; a downward one is recognised (usage below the threshold) and
-  ignored. The threshold is set again after every cycle (``webhook.core.memory_notify``).
+  ignored. The threshold is set again after every cycle (``webhook.agent.domain.memory_notify``).
 - ``psi`` (cgroup v2): a PSI trigger on the kubepods cgroup's ``memory.pressure``. Without CAP_SYS_RESOURCE the
   kernel only takes triggers whose window is a multiple of 2 s (and checks them every 2 s); writes to
   ``/proc/pressure/memory`` are refused outright.
@@ -19,6 +19,7 @@ The full cycle still runs every ``--interval``; a notification only brings it fo
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
@@ -27,12 +28,11 @@ import time
 from pathlib import Path
 
 from webhook.agent.collectors import CollectError, MeminfoReader
+from webhook.agent.domain.memory_notify import MODES, SamplerGate, memcg_threshold, needs_rearm
 from webhook.agent.metrics import NOTIFICATION_SOURCES, AgentMetrics
-from webhook.core.memory_notify import SamplerGate, memcg_threshold, needs_rearm
 
 log = logging.getLogger("colocation-agent")
 
-MODES = ("auto", "memcg-threshold", "psi", "sampler", "none")
 SAMPLE_PERIOD = 0.1
 RECHECK_PERIOD = 0.01
 RECHECK_SECONDS = 2.0
@@ -214,10 +214,8 @@ class MemoryWatch:
 
     def _event(self, fd: int) -> str | None:
         if fd == self._wake_fd:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 os.eventfd_read(self._wake_fd)
-            except BlockingIOError:
-                pass
             return WAKE
         if self._memcg is not None and fd == self._memcg.eventfd:
             if not self._memcg.crossed_up():
@@ -328,10 +326,8 @@ class _MemcgThreshold:
     def crossed_up(self) -> bool:
         """Drain the eventfd; whether usage is now at or above the threshold (not a downward crossing)."""
         if self.eventfd is not None:
-            try:
+            with contextlib.suppress(BlockingIOError):
                 os.eventfd_read(self.eventfd)
-            except BlockingIOError:
-                pass
         try:
             return self.threshold is not None and self.usage() >= self.threshold
         except (OSError, ValueError):
@@ -339,10 +335,8 @@ class _MemcgThreshold:
 
     def close(self) -> None:
         if self.eventfd is not None:
-            try:
+            with contextlib.suppress(OSError, ValueError):
                 self.epoll.unregister(self.eventfd)
-            except (OSError, ValueError):
-                pass
             os.close(self.eventfd)
             self.eventfd = None
         os.close(self.usage_fd)

@@ -9,21 +9,28 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import signal
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from webhook.agent.domain.durations import DurationError, parse_duration
+from webhook.agent.domain.memory_notify import MODES
+from webhook.agent.domain.thresholds import ThresholdError, parse_thresholds, parse_transition_period
 from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
 from webhook.cluster.files import StateFileError
 from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
-from webhook.core.durations import DurationError, parse_duration
 from webhook.core.quantity import format_binary_si
-from webhook.core.thresholds import ThresholdError, parse_thresholds, parse_transition_period
+
+if TYPE_CHECKING:  # imported where used: `--help` and usage errors need none of them
+    from webhook.agent.agent import AgentOptions
+    from webhook.agent.collectors import Collector
+    from webhook.cluster.sources import Source
 
 log = logging.getLogger("colocation-agent")
 
@@ -36,7 +43,7 @@ def _node_name(args: argparse.Namespace) -> str:
     return name
 
 
-def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool = False):  # type: ignore[no-untyped-def]
+def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool = False) -> AgentOptions:
     from webhook.agent.agent import AgentOptions
 
     try:
@@ -44,7 +51,7 @@ def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool =
                                       args.eviction_minimum_reclaim)
         transition = parse_transition_period(args.eviction_pressure_transition_period)
     except ThresholdError as exc:
-        raise UsageError(str(exc)) from None
+        raise UsageError(exc.with_flag()) from None
     for t in thresholds:
         if t.signal != "memory.available":
             log.warning("threshold %s is accepted but not acted on: the agent observes memory.available only",
@@ -52,7 +59,7 @@ def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool =
     return AgentOptions(node, thresholds, transition, (args.config_namespace, args.config_name), dry_run, enforce)
 
 
-def _collector(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _collector(args: argparse.Namespace) -> Collector:
     from webhook.agent.collectors import CollectError, Collector
 
     collector = Collector(Path(args.proc_root), Path(args.cgroup_root))
@@ -60,10 +67,13 @@ def _collector(args: argparse.Namespace):  # type: ignore[no-untyped-def]
         collector.check()
     except CollectError as exc:
         raise UsageError(f"--proc-root: {exc}") from None
+    if not collector.cgroup_root.is_dir():
+        # else no pod would ever be measured, and nothing evicted, without a word
+        raise UsageError(f"--cgroup-root: {args.cgroup_root}: no such directory")
     return collector
 
 
-def _live_source(state: ClusterState, kubeconfig: str | None, node: str, args: argparse.Namespace):  # type: ignore[no-untyped-def]
+def _live_source(state: ClusterState, kubeconfig: str | None, node: str, args: argparse.Namespace) -> Source:
     from webhook.cluster.sources import build_source
 
     return build_source(state, None, kubeconfig, kinds=AGENT_KINDS,
@@ -71,12 +81,12 @@ def _live_source(state: ClusterState, kubeconfig: str | None, node: str, args: a
                         config_map=(args.config_namespace, args.config_name))
 
 
-def _files_state(folder: Path) -> ClusterState:
+def _files_state(folder: Path, args: argparse.Namespace) -> ClusterState:
     from webhook.cluster.files import FilesSource
 
     state = ClusterState(AGENT_KINDS)
     try:
-        FilesSource(folder, state).load()
+        FilesSource(folder, state, config_map=(args.config_namespace, args.config_name)).load()
     except StateFileError as exc:
         raise UsageError(f"--cluster-state: {exc}") from None
     return state
@@ -133,7 +143,7 @@ def once(args: argparse.Namespace) -> int:
     source = None
     state: ClusterState | None = None
     if args.cluster_state is not None:
-        state = _files_state(args.cluster_state)
+        state = _files_state(args.cluster_state, args)
     elif args.kubeconfig:
         state = ClusterState(AGENT_KINDS)
         source = _live_source(state, args.kubeconfig, node, args)
@@ -187,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     except DurationError as exc:
         raise UsageError(f'invalid argument "{args.interval}" for "--interval" flag: {exc}') from None
     if interval <= 0:
-        raise UsageError(f"--interval must be positive, got {args.interval}")
+        raise UsageError(f"--interval: must be positive, got {args.interval}")
     collector = _collector(args)
     from webhook.cluster.sources import in_cluster
 
@@ -196,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
     if args.cluster_state is not None:
         if not args.dry_run and not args.kubeconfig:
             raise UsageError("--cluster-state without --kubeconfig can only --dry-run (no API to act on)")
-        state = _files_state(args.cluster_state)
+        state = _files_state(args.cluster_state, args)
         source = None
     elif args.kubeconfig or in_cluster():
         source = _live_source(state, args.kubeconfig, node, args)
@@ -246,6 +256,52 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- entry point ----------------------------------------------------------------------------------------
+# argparse prefixes these texts with the flag: "argument --metrics-port: must be 0..65535, got 70000".
+# A namespace or name the API could never hold would silently match nothing; the texts are apimachinery's.
+_DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = _DNS1123_LABEL + "(\\." + _DNS1123_LABEL + ")*"
+
+
+def _dns_name(value: str, max_len: int, pattern: str, what: str, examples: str) -> str:
+    if len(value) > max_len:
+        raise argparse.ArgumentTypeError(f'Invalid value: "{value}": must be no more than {max_len} characters')
+    if not re.fullmatch(pattern, value):
+        raise argparse.ArgumentTypeError(
+            f'Invalid value: "{value}": a lowercase RFC 1123 {what}, and must start and end with an alphanumeric '
+            f"character (e.g. {examples}, regex used for validation is '{pattern}')")
+    return value
+
+
+def _namespace(value: str) -> str:
+    return _dns_name(value, 63, _DNS1123_LABEL, "label must consist of lower case alphanumeric characters or '-'",
+                     "'my-name',  or '123-abc'")
+
+
+def _config_name(value: str) -> str:
+    return _dns_name(value, 253, _DNS1123_SUBDOMAIN,
+                     "subdomain must consist of lower case alphanumeric characters, '-' or '.'", "'example.com'")
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {value!r}") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {value}")
+    return seconds
+
+
+def _port(value: str) -> int:
+    try:
+        port = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {value!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
+    return port
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-name", default=None, help="this node's name (default: $NODE_NAME)")
     p.add_argument("--proc-root", default="/proc", metavar="DIR", help="where /proc is mounted")
@@ -260,10 +316,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="how much beyond the threshold to free, e.g. memory.available=0.5Gi")
     p.add_argument("--eviction-pressure-transition-period", metavar="DURATION",
                    help="how long a pressure condition stays after its threshold clears (default: 5m0s)")
-    p.add_argument("--config-namespace", default=SLO_CONFIG_NAMESPACE,
+    p.add_argument("--config-namespace", type=_namespace, default=SLO_CONFIG_NAMESPACE,
                    help="namespace of the slo-controller-config ConfigMap")
-    p.add_argument("--config-name", default=SLO_CONFIG_NAME, help="name of that ConfigMap")
-    p.add_argument("--sync-timeout", type=float, default=30.0, help=argparse.SUPPRESS)
+    p.add_argument("--config-name", type=_config_name, default=SLO_CONFIG_NAME, help="name of that ConfigMap")
+    p.add_argument("--sync-timeout", type=_seconds, default=30.0, help=argparse.SUPPRESS)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -277,10 +333,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--cluster-state", type=Path, metavar="DIR", help="a folder of manifests (with --dry-run)")
     r.add_argument("--interval", default="1s", metavar="DURATION", help="how often a full cycle runs")
     r.add_argument("--dry-run", action="store_true", help="log every decision, act on nothing")
-    r.add_argument("--metrics-port", type=int, default=9316, metavar="PORT",
+    r.add_argument("--metrics-port", type=_port, default=9316, metavar="PORT",
                    help="port of /metrics and /healthz; 0 disables both")
-    from webhook.agent.notify import MODES
-
     r.add_argument("--memory-notification", default="auto", choices=MODES, metavar="SOURCE",
                    help="what brings a cycle forward when memory moves: " + ", ".join(MODES)
                    + "; auto picks the best this kernel offers")
@@ -295,7 +349,7 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--cluster-state", type=Path, metavar="DIR", help="a folder of manifests (pods, node, config)")
     src.add_argument("--kubeconfig", metavar="F", help="read this node's pods and config from a cluster")
     o.add_argument("-o", "--output", choices=("json", "text"), default="json", help="the cycle as JSON or text")
-    o.add_argument("--cpu-sample-seconds", type=float, default=0.25, metavar="S",
+    o.add_argument("--cpu-sample-seconds", type=_seconds, default=0.25, metavar="S",
                    help="how long to watch CPU counters; 0: no CPU figures")
     o.set_defaults(func=once)
     return p

@@ -13,30 +13,32 @@ from typing import Any
 import orjson
 import yaml
 
-from webhook.admission import chain
-from webhook.admission.patch import apply_ops
+from webhook.admission.context import Settings
+from webhook.admission.domain.patch import apply_ops
 from webhook.admission.quota_config import QuotaConfigError, load_quota_config
 from webhook.admission.response import Decision, chain_outcome
-from webhook.admission.review import AdmissionRequest, ReviewError, encode_response, review_from_dict
+from webhook.admission.review import encode_response
+from webhook.admission.service import Answer, Endpoint, ReviewService
 from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
 from webhook.cluster.files import StateFileError
-from webhook.cluster.sources import LiveSourceError, build_source, describe
+from webhook.cluster.sources import LiveSourceError, Source, build_source, describe
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 log = logging.getLogger("colocation-webhook")
 EXIT_DENIED = 1
 
 
-def _settings(quota_config: Path | None) -> chain.Settings:
+def _settings(quota_config: Path | None) -> Settings:
     if quota_config is None:
-        return chain.Settings()
+        return Settings()
     try:
-        return chain.Settings(limited_resources=load_quota_config(quota_config))
+        return Settings(limited_resources=load_quota_config(quota_config))
     except QuotaConfigError as exc:
         raise UsageError(f"--quota-config: {exc}") from None
 
 
-def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: bool = False):  # type: ignore[no-untyped-def]
+def _state(cluster_state: Path | None, kubeconfig: str | None = None,
+           watch: bool = False) -> tuple[ClusterState, Source]:
     state = ClusterState(WEBHOOK_KINDS)
     try:
         source = build_source(state, cluster_state, kubeconfig, watch_files=watch)
@@ -51,19 +53,23 @@ def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: boo
 def serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from webhook.admission.app import create_app
-    from webhook.certwatch import CertWatcher, WatchingServer
-    from webhook.tls import ensure_localhost
+    from webhook.admission.app import create_server
+    from webhook.tls.certs import ensure_localhost
+    from webhook.tls.watch import CertWatcher, WatchingServer, wait_for_pair
 
     setup_logging(args.log_format)
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
         raise UsageError("--tls-cert-file and --tls-private-key-file go together")
     if args.cluster_state is not None and args.kubeconfig:
         raise UsageError("--kubeconfig and --cluster-state are alternatives; give one")
+    if args.wait_for_certs and not args.tls_cert_file:
+        raise UsageError("--wait-for-certs needs --tls-cert-file and --tls-private-key-file")
     settings = _settings(args.quota_config)
     state, source = _state(args.cluster_state, args.kubeconfig, watch=True)
     if args.tls_cert_file:
         cert, key = Path(args.tls_cert_file), Path(args.tls_private_key_file)
+        if args.wait_for_certs and not wait_for_pair(cert, key):
+            return 0
         for flag, p in (("--tls-cert-file", cert), ("--tls-private-key-file", key)):
             if not p.is_file():
                 raise UsageError(f"{flag}: {p} does not exist")
@@ -72,8 +78,8 @@ def serve(args: argparse.Namespace) -> int:
         cert, key = paths.cert, paths.key
         log.info("%s a self-signed certificate for localhost: CA %s, certificate %s, key %s",
                  "created" if created else "reusing", paths.ca_cert.resolve(), cert.resolve(), key.resolve())
-    app = create_app(state, settings)
-    config = uvicorn.Config(app, host=args.host, port=args.port, ssl_certfile=str(cert), ssl_keyfile=str(key),
+    server = create_server(state, settings)
+    config = uvicorn.Config(server.asgi, host=args.host, port=args.port, ssl_certfile=str(cert), ssl_keyfile=str(key),
                             log_config=None, access_log=False, lifespan="off", server_header=False)
     try:
         config.load()
@@ -81,10 +87,9 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError(f"cannot load the TLS certificate/key ({cert}, {key}): {exc}") from None
     assert config.ssl is not None
     config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
-    app.state.ssl_context = config.ssl
     log.info("cluster state: %s", describe(args.cluster_state, args.kubeconfig))
     # Hot reload of the pair (a renewed Secret, cert-manager): no restart, the old pair serves until then.
-    watcher = CertWatcher(config.ssl, cert, key, registry=app.state.metrics.registry)
+    watcher = CertWatcher(config.ssl, cert, key, registry=server.service.metrics.registry)
     source.start()
     log.info("serving https://%s:%d (/mutate, /validate, /healthz, /readyz, /metrics)", args.host, args.port)
     try:
@@ -111,30 +116,31 @@ def _load_document(path: Path, what: str) -> dict[str, Any]:
     return docs[0]
 
 
-def _request_for(doc: dict[str, Any], path: Path, operation: str | None, old: dict[str, Any] | None) -> tuple[str, AdmissionRequest]:
+def _review_of(doc: dict[str, Any], path: Path, operation: str | None, old: dict[str, Any] | None) -> dict[str, Any]:
+    """The AdmissionReview the apiserver would send for this file: the file itself when it is one (with
+    --operation and --old applied), else a dry-run v1 review of the Pod."""
     if doc.get("kind") == "AdmissionReview":
-        try:
-            review = review_from_dict(doc)
-        except ReviewError as exc:
-            raise UsageError(f"{path}: {exc.message}") from None
-        req = review.request
-        if operation:
-            req.operation = operation  # type: ignore[assignment]
-        if old is not None:
-            req.oldObject = old
-        return review.apiVersion, req
+        request = doc.get("request")
+        if isinstance(request, dict):
+            if operation:
+                request["operation"] = operation
+            if old is not None:
+                request["oldObject"] = old
+        return doc
     if doc.get("kind") not in (None, "Pod"):
         raise UsageError(f"{path}: expected a Pod or an AdmissionReview, got kind {doc.get('kind')!r}")
     op = operation or ("UPDATE" if old is not None else "CREATE")
     if op == "UPDATE" and old is None:
         raise UsageError("--operation UPDATE needs --old FILE (the pod before the update)")
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
-    raw = {
+    meta = doc.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    pods = {"group": "", "version": "v1", "resource": "pods"}
+    request = {
         "uid": str(uuid.uuid4()),
         "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "resource": pods,
         "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-        "requestResource": {"group": "", "version": "v1", "resource": "pods"},
+        "requestResource": pods,
         "name": meta.get("name") or "",
         "namespace": meta.get("namespace") or "default",
         "operation": op,
@@ -143,7 +149,20 @@ def _request_for(doc: dict[str, Any], path: Path, operation: str | None, old: di
         "oldObject": old,
         "dryRun": True,
     }
-    return "admission.k8s.io/v1", AdmissionRequest.model_validate(raw)
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+
+
+def _ask(service: ReviewService, endpoint: Endpoint, review: dict[str, Any], path: Path,
+         explain: list[str] | None) -> Answer:
+    """The service's answer to ``review``, exactly as the server would give it; unusable input is exit 2."""
+    try:
+        body = orjson.dumps(review)
+    except TypeError as exc:  # YAML can hold what JSON cannot: non-text keys, integers beyond 64 bits
+        raise UsageError(f"{path}: cannot be sent as JSON: {exc}") from None
+    answer = service.answer(endpoint, body, explain)
+    if answer.decision is None:
+        raise UsageError(f"{path}: {orjson.loads(answer.body)['error']}")
+    return answer
 
 
 def review(args: argparse.Namespace) -> int:
@@ -151,20 +170,24 @@ def review(args: argparse.Namespace) -> int:
     state, _ = _state(args.cluster_state)
     old = _load_document(args.old, "--old") if args.old else None
     doc = _load_document(args.file, "FILE")
-    api_version, req = _request_for(doc, args.file, args.operation, old)
+    review = _review_of(doc, args.file, args.operation, old)
+    service = ReviewService(state, settings)
     explain: list[str] | None = [] if args.explain else None
-    mutation = chain.mutate(req, state, settings, explain)
-    final = req.object
+    first = _ask(service, "mutate", review, args.file, explain)
+    mutation = first.decision
+    assert mutation is not None
+    final = review["request"].get("object")
     validation = Decision()
-    if mutation.allowed and isinstance(req.object, dict):
-        final = apply_ops(orjson.loads(orjson.dumps(req.object)), mutation.patch)
-        validation = chain.validate(req.model_copy(update={"object": final}), state, settings, explain)
+    if mutation.allowed and isinstance(final, dict):
+        final = apply_ops(orjson.loads(orjson.dumps(final)), mutation.patch)
+        review["request"]["object"] = final
+        validation = _ask(service, "validate", review, args.file, explain).decision or validation
     if explain is not None:
         print("\n".join(explain) or "no rule handled this request", file=sys.stderr)
         print(f"patch: {orjson.dumps(mutation.patch).decode()}", file=sys.stderr)
     outcome = chain_outcome(mutation, validation)
     if args.output == "review":
-        answer = orjson.loads(encode_response(api_version, req.uid, outcome))
+        answer = orjson.loads(encode_response(first.api_version, first.uid, outcome))
         sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.output == "patch":
         sys.stdout.write(orjson.dumps(mutation.patch, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -182,7 +205,7 @@ def review(args: argparse.Namespace) -> int:
 
 # -- certs --------------------------------------------------------------------------------------
 def certs_generate(args: argparse.Namespace) -> int:
-    from webhook.tls import CertsError, generate_for_service
+    from webhook.tls.certs import CertsError, generate_for_service
 
     try:
         paths, what = generate_for_service(args.out, args.service, args.namespace, days=args.days,
@@ -195,12 +218,34 @@ def certs_generate(args: argparse.Namespace) -> int:
 
 
 def certs_ca_bundle(args: argparse.Namespace) -> int:
-    from webhook.tls import CertsError, ca_bundle
+    from webhook.tls.certs import CertsError, ca_bundle
 
     try:
         print(ca_bundle(args.out))
     except CertsError as exc:
         raise UsageError(str(exc)) from None
+    return 0
+
+
+def certs_bootstrap(args: argparse.Namespace) -> int:
+    """In-cluster (the install's Job): exit 0 done, 1 an API request failed (the Job retries), 2 unusable input."""
+    from webhook.cluster.live import _client_configuration
+    from webhook.tls.bootstrap import BootstrapError, BootstrapInputError, Target, bootstrap
+
+    setup_logging(args.log_format)
+    target = Target(namespace=args.namespace, service=args.service, secret_name=args.secret_name,
+                    mutating=args.mutating_webhook_configuration, validating=args.validating_webhook_configuration,
+                    days=args.days)
+    try:
+        from kubernetes import client
+
+        api_client = client.ApiClient(_client_configuration(args.kubeconfig))
+        bootstrap(api_client, target)
+    except (BootstrapInputError, LiveSourceError) as exc:
+        raise UsageError(str(exc)) from None
+    except BootstrapError as exc:
+        log.error("%s", exc)
+        return EXIT_DENIED
     return 0
 
 
@@ -223,6 +268,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-cert-file", metavar="F",
                    help="serving certificate (PEM); with no TLS flags a localhost pair is made under ./certs/")
     s.add_argument("--tls-private-key-file", metavar="F", help="its private key (PEM); goes with --tls-cert-file")
+    s.add_argument("--wait-for-certs", action="store_true",
+                   help="wait until the TLS files exist and are a usable pair (a Secret created after the pod "
+                        "starts) instead of exiting with code 2")
     src = s.add_mutually_exclusive_group()
     src.add_argument("--kubeconfig", metavar="F",
                      help="list+watch a cluster with this kubeconfig (default: in-cluster config when "
@@ -258,7 +306,7 @@ def parser() -> argparse.ArgumentParser:
                                     "pair already there is kept; one for other names is refused (exit 2) unless "
                                     "--force.")
     g.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
-    g.add_argument("--namespace", required=True, help="its namespace (manifests: koordinator-system)")
+    g.add_argument("--namespace", required=True, help="its namespace (manifests: colocation-system)")
     g.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to write")
     g.add_argument("--days", type=int, default=365, help="validity in days")
     g.add_argument("--force", action="store_true", help="replace a valid pair (the CA is kept while it is good)")
@@ -268,6 +316,20 @@ def parser() -> argparse.ArgumentParser:
                         description="Print the base64 CA certificate for a webhook configuration's caBundle.")
     b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read")
     b.set_defaults(func=certs_ca_bundle)
+    bs = csub.add_parser("bootstrap", help="in the cluster: create the serving Secret when missing or unusable "
+                         "and put its CA into the webhook configurations (the install's Job)",
+                         description="Create the serving Secret when it is missing or unusable and put its CA into "
+                                     "the webhook configurations' caBundle; running it again changes nothing. Exit 0 "
+                                     "when done, 1 when an API request failed (a Job retries), 2 on unusable input.")
+    bs.add_argument("--namespace", required=True, help="the namespace of the Service and the Secret")
+    bs.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
+    bs.add_argument("--secret-name", required=True, help="the kubernetes.io/tls Secret the webhook mounts")
+    bs.add_argument("--mutating-webhook-configuration", metavar="NAME", help="give every webhook of it the CA")
+    bs.add_argument("--validating-webhook-configuration", metavar="NAME", help="give every webhook of it the CA")
+    bs.add_argument("--days", type=int, default=3650, help="validity of a new CA and certificate in days")
+    bs.add_argument("--kubeconfig", metavar="F", help="the cluster (default: the in-cluster ServiceAccount)")
+    bs.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
+    bs.set_defaults(func=certs_bootstrap)
     return p
 
 

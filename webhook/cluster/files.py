@@ -1,7 +1,8 @@
 """The ``files`` source: a folder of YAML/JSON manifests, the same files one would ``kubectl apply``.
 
-Loading is all-or-nothing: a file that does not parse is reported with its path and line and the
-previous state stays in place. ``FilesSource.watch`` reloads on change (watchfiles).
+Loading is all-or-nothing: a file that does not parse, or an object with a field its kind does not have
+(kubectl's strict field validation, ``webhook/cluster/strict.py``), is reported with its path and line and
+the previous state stays in place. ``FilesSource.watch`` reloads on change (watchfiles).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ from typing import Any
 import orjson
 import yaml
 
-from webhook.cluster.state import KINDS, ClusterState
+from webhook.cluster.state import KINDS, ClusterState, Key, object_key
+from webhook.cluster.strict import describe_unknown, unknown_fields
 
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 class StateFileError(ValueError):
@@ -36,93 +39,179 @@ def _yaml_error(path: Path, exc: yaml.YAMLError) -> StateFileError:
     return StateFileError(f"{path}:{line}: invalid YAML: {problem}")
 
 
-def _documents(path: Path) -> Iterable[tuple[int, Any]]:
-    """(line, document) for every document in the file."""
+# Where an object is: its file, its document's line and YAML node (None for JSON), and the path from the
+# document to the object (``("items", 3)`` in a List). Only an error turns this into a line number.
+Origin = tuple[Path, int, Any, tuple[str | int, ...]]
+
+
+def _documents(path: Path) -> Iterable[tuple[int, Any, Any]]:
+    """(line, document, YAML node or None) for every document in the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise StateFileError(f"{path}:1: cannot read: {exc}") from exc
     if path.suffix == ".json":
         try:
-            yield 1, orjson.loads(text)
+            yield 1, orjson.loads(text), None
         except orjson.JSONDecodeError as exc:
             raise StateFileError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
         return
-    loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    loader = loader_cls(text)
+    loader = _LOADER(text)
     try:
         while loader.check_node():
             node = loader.get_node()
-            yield node.start_mark.line + 1, loader.construct_document(node)
+            assert node is not None  # check_node() said there is one
+            yield node.start_mark.line + 1, loader.construct_document(node), node
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc) from exc
     finally:
         loader.dispose()
 
 
-def _flatten(path: Path, line: int, doc: Any) -> Iterable[dict[str, Any]]:
+def _child(node: Any, part: str | int) -> tuple[int, Any] | None:
+    """(line, node) of what is under a mapping key (the key's line) or a sequence index, or None."""
+    if isinstance(node, yaml.MappingNode) and isinstance(part, str):
+        for key, value in node.value:
+            if isinstance(key, yaml.ScalarNode) and key.value == part:
+                return key.start_mark.line + 1, value
+    elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        return node.value[part].start_mark.line + 1, node.value[part]
+    return None
+
+
+def _line_of(origin: Origin, field_path: tuple[str | int, ...] = ()) -> int:
+    """The line of the field at ``field_path`` in the object (or of the nearest part of the path found)."""
+    path, line, node, prefix = origin
+    if node is None and path.suffix == ".json":
+        # orjson keeps no positions; JSON is YAML, so compose it once more, only to point at the field
+        try:
+            node = yaml.compose(path.read_text(encoding="utf-8"), Loader=_LOADER)
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            node = None
+    for part in (*prefix, *field_path):
+        found = _child(node, part)
+        if found is None:
+            break
+        line, node = found
+    return line
+
+
+def _flatten(origin: Origin, doc: Any) -> Iterable[tuple[dict[str, Any], Origin]]:
     if doc is None:
         return
     if not isinstance(doc, dict):
-        raise StateFileError(f"{path}:{line}: a manifest must be an object, got {type(doc).__name__}")
+        raise StateFileError(f"{origin[0]}:{_line_of(origin)}: a manifest must be an object, got {type(doc).__name__}")
     kind = doc.get("kind")
     if isinstance(kind, str) and kind.endswith("List") and isinstance(doc.get("items"), list):
-        for item in doc["items"]:
-            yield from _flatten(path, line, item)
+        path, line, node, prefix = origin
+        for i, item in enumerate(doc["items"]):
+            yield from _flatten((path, line, node, (*prefix, "items", i)), item)
         return
     if not isinstance(kind, str) or not kind:
-        raise StateFileError(f"{path}:{line}: manifest has no kind")
+        raise StateFileError(f"{origin[0]}:{_line_of(origin)}: manifest has no kind")
     meta = doc.get("metadata")
     if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise StateFileError(f"{path}:{line}: {kind} has no metadata.name")
-    yield doc
+        raise StateFileError(f"{origin[0]}:{_line_of(origin)}: {kind} has no metadata.name")
+    yield doc, origin
 
 
-def load_folder(folder: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every known object under ``folder`` by kind; raises StateFileError naming path and line."""
+def _describe(obj: dict[str, Any]) -> str:
+    meta = obj["metadata"]
+    kind = obj["kind"]
+    return f"{kind} {meta['namespace']}/{meta['name']}" if KINDS[kind].namespaced else f"{kind} {meta['name']}"
+
+
+def _load(folder: Path, locate: str | None = None) -> tuple[dict[str, list[dict[str, Any]]], dict[Key, str]]:
+    """Every known object under ``folder`` by kind, and ``path:line`` of the ConfigMaps named ``locate``.
+
+    YAML nodes are only looked at while their document is loaded: kept for every object, they would cost
+    many times the objects' own memory.
+    """
     if not folder.is_dir():
         raise StateFileError(f"{folder}: cluster state folder does not exist or is not a folder")
     by_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
+    located: dict[Key, str] = {}
     for path in sorted(p for p in folder.rglob("*") if p.suffix in SUFFIXES and p.is_file()):
-        for line, doc in _documents(path):
-            for obj in _flatten(path, line, doc):
+        for line, doc, node in _documents(path):
+            for obj, origin in _flatten((path, line, node, ()), doc):
                 kind = obj["kind"]
                 if kind not in KINDS:
                     continue  # other manifests (Deployments, ...) may share the folder
                 meta = obj["metadata"]
                 if KINDS[kind].namespaced and not meta.get("namespace"):
                     meta["namespace"] = "default"
+                # kubectl's strict field validation: a misspelled field is an error, never a default
+                unknown = unknown_fields(obj)
+                if unknown:
+                    raise StateFileError(f"{path}:{_line_of(origin, unknown[0])}: {_describe(obj)}: "
+                                         f"{describe_unknown(unknown)}")
                 by_kind[kind].append(obj)
-    return by_kind
+                if kind == "ConfigMap" and meta["name"] == locate:
+                    located[object_key(obj)] = f"{path}:{_line_of(origin)}"
+    return by_kind, located
+
+
+def load_folder(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """Every known object under ``folder`` by kind; raises StateFileError naming path and line."""
+    return _load(folder)[0]
 
 
 class FilesSource:
-    """Keeps a ClusterState equal to a folder of manifests."""
+    """Keeps a ClusterState equal to a folder of manifests.
 
-    def __init__(self, folder: Path, state: ClusterState) -> None:
+    ``config_map`` is the (namespace, name) of the slo-controller-config its reader uses (the agent's
+    ``--config-namespace``/``--config-name``); a ConfigMap of that name in another namespace is warned about.
+    """
+
+    def __init__(self, folder: Path, state: ClusterState, config_map: tuple[str, str] | None = None) -> None:
         self.folder = Path(folder)
         self.state = state
+        self.config_map = config_map
         self.last_error: str | None = None
         self.reloads = 0
+        self._misplaced: list[str] = []
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def load(self) -> None:
         """Load once; raises StateFileError (used at start-up, where it is fatal)."""
-        self.state.replace_all(load_folder(self.folder))
+        by_kind, located = _load(self.folder, self.config_map[1] if self.config_map else None)
+        self.state.replace_all(by_kind)
         self.last_error = None
         self.reloads += 1
+        self._check_config_map(located)
 
     def reload(self) -> bool:
-        """Reload after a change; on error keep the last good state and report it."""
+        """Reload after a change; on error keep the last good state and report it (each new error once)."""
+        previous = self.last_error
         try:
             self.load()
         except StateFileError as exc:
             self.last_error = str(exc)
-            log.error("cluster state reload failed, keeping the last good state: %s", exc)
+            if self.last_error != previous:
+                log.error("cluster state reload failed, keeping the last good state: %s", exc)
             return False
-        log.info("cluster state reloaded from %s: %s", self.folder, self.state.counts())
+        if previous is not None:
+            log.info("cluster state recovered: reloaded from %s: %s", self.folder, self.state.counts())
+        else:
+            log.info("cluster state reloaded from %s: %s", self.folder, self.state.counts())
         return True
+
+    def _check_config_map(self, located: dict[Key, str]) -> None:
+        """Warn (once per change) about an slo-controller-config that sits where it is not read."""
+        if self.config_map is None:
+            return
+        namespace, name = self.config_map
+        misplaced = []
+        for (ns, _), where in sorted(located.items()):
+            if ns != namespace:
+                misplaced.append(f"{where}: ConfigMap {name} is in namespace {ns}, "
+                                 f"not in the configured namespace {namespace}, and is not read: move it to "
+                                 f"{namespace}, or set --config-namespace {ns}")
+        if misplaced != self._misplaced:
+            for message in misplaced:
+                log.warning("%s", message)
+        self._misplaced = misplaced
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._watch, name="files-source", daemon=True)

@@ -12,6 +12,7 @@ about 0.5 ms per pod and we only ever want dicts. Nothing here runs on the admis
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import random
@@ -28,8 +29,8 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from webhook.cluster.sources import LiveSourceError
-from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Kind
+from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Key, Kind, object_key
+from webhook.cluster.strict import CUSTOM_KINDS, check
 
 __all__ = ["KindStatus", "LiveSource", "LiveSourceError"]
 
@@ -62,13 +63,20 @@ class KindStatus:
     events: dict[str, int] = field(default_factory=dict)
 
 
+_LOADERS: Any = k8s_config  # the kubernetes package ships no type hints for its config loaders
+
+
+class LiveSourceError(ValueError):
+    """The live source cannot be set up (bad kubeconfig, no in-cluster config, bad options)."""
+
+
 def _client_configuration(kubeconfig: str | None) -> k8s.Configuration:
     cfg = k8s.Configuration()
     try:
         if kubeconfig:
-            k8s_config.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+            _LOADERS.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         else:
-            k8s_config.load_incluster_config(client_configuration=cfg)
+            _LOADERS.load_incluster_config(client_configuration=cfg)
     except (k8s_config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config"
         raise LiveSourceError(f"cannot load {where}: {exc}") from None
@@ -146,13 +154,17 @@ def _lines(resp: urllib3.HTTPResponse) -> Iterator[bytes]:
 class _Reflector:
     """List + watch of one kind into the state; runs in its own thread until the stop event is set."""
 
-    def __init__(self, source: "LiveSource", kind: Kind, field_selector: str | None,
+    def __init__(self, source: LiveSource, kind: Kind, field_selector: str | None,
                  namespace: str | None, name: str | None) -> None:
         self.source = source
         self.kind = kind
         self.field_selector = field_selector
         self.namespace = namespace
         self.name = name  # keep only this object (the one ConfigMap), even if the server sends more
+        # The apiserver enforces the built-in kinds' schemas; a CRD may preserve unknown fields, so those
+        # objects are checked here and kept marked invalid (the rules fail closed on them).
+        self.checked = kind.kind in CUSTOM_KINDS
+        self.rejected: dict[Key, str] = {}  # reported once per object and reason
         self.status = KindStatus()
         self.call = _list_function(source.api_client, kind, namespace)
         self._active: urllib3.HTTPResponse | None = None
@@ -192,7 +204,7 @@ class _Reflector:
                 # a server that keeps answering 410 must not turn this into a busy loop
                 if expired_in_a_row > 1 and src._stop.wait(src._backoff(expired_in_a_row - 1)):
                     break
-            except Exception as exc:  # noqa: BLE001 - any failure of one attempt is retried, never fatal
+            except Exception as exc:
                 if src._stop.is_set():
                     break
                 failures += 1
@@ -226,8 +238,9 @@ class _Reflector:
 
     def _open(self, read_timeout: float, **kw: Any) -> urllib3.HTTPResponse:
         try:
-            return self.call(_preload_content=False, _request_timeout=(_CONNECT_TIMEOUT, read_timeout),
-                             **self._query(), **kw)
+            response: urllib3.HTTPResponse = self.call(
+                _preload_content=False, _request_timeout=(_CONNECT_TIMEOUT, read_timeout), **self._query(), **kw)
+            return response
         except ApiException as exc:
             if exc.status == 410:
                 raise _Expired(_status_message(exc)) from None
@@ -264,7 +277,10 @@ class _Reflector:
         rv = str(meta.get("resourceVersion") or "")
         self._recovered()
         kept = [self._fill(o) for o in items if self._wanted(o)]
-        self.source.state.replace(self.kind.kind, kept)
+        invalid = {object_key(o): why for o in kept if (why := self._check(o)) is not None}
+        for key in set(self.rejected) - {object_key(o) for o in kept}:
+            del self.rejected[key]  # gone from the cluster
+        self.source.state.replace(self.kind.kind, kept, invalid)
         self.status.lists += 1
         self.status.resource_version = rv
         if not self.status.synced:
@@ -283,6 +299,21 @@ class _Reflector:
 
     def _wanted(self, obj: dict[str, Any]) -> bool:
         return self.name is None or (obj.get("metadata") or {}).get("name") == self.name
+
+    def _check(self, obj: dict[str, Any]) -> str | None:
+        """Why ``obj`` must not be used (unknown fields), logged once per object and reason; None if fine."""
+        if not self.checked:
+            return None
+        why = check(obj)
+        key = object_key(obj)
+        if why != self.rejected.get(key):
+            if why is not None:
+                log.warning("%s %s: %s; not applied until it is fixed", self.label, key[1], why)
+                self.rejected[key] = why
+            else:
+                log.info("%s %s: fixed, applied again", self.label, key[1])
+                del self.rejected[key]
+        return why
 
     # -- watch ----------------------------------------------------------------------------
     def _watch(self, rv: str) -> tuple[str, int]:
@@ -316,9 +347,11 @@ class _Reflector:
                     raise _APIError(message)
                 if etype in ("ADDED", "MODIFIED"):
                     if self._wanted(obj):
-                        state.upsert(kind, self._fill(obj))
+                        obj = self._fill(obj)
+                        state.upsert(kind, obj, self._check(obj))
                 elif etype == "DELETED":
                     state.delete(kind, obj)
+                    self.rejected.pop(object_key(obj), None)
                 new_rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if new_rv:
                     rv = new_rv
@@ -344,16 +377,15 @@ class _Reflector:
             except (AttributeError, ValueError, RuntimeError, OSError):
                 sock = getattr(getattr(resp, "connection", None), "sock", None)
                 if sock is not None:
-                    try:
+                    with contextlib.suppress(OSError):
                         sock.shutdown(socket.SHUT_RDWR)
-                    except OSError:
-                        pass
 
 
 class LiveSource:
     """Keeps a ClusterState in step with the API server (list + watch per kind)."""
 
-    def __init__(self, state: ClusterState, kubeconfig: str | None = None, kinds: list[str] | tuple[str, ...] | None = None,
+    def __init__(self, state: ClusterState, kubeconfig: str | None = None,
+                 kinds: list[str] | tuple[str, ...] | None = None,
                  field_selectors: dict[str, str] | None = None,
                  config_map: tuple[str, str] = (SLO_CONFIG_NAMESPACE, SLO_CONFIG_NAME),
                  watch_timeout_seconds: int = 300, page_size: int = 500, api_client: k8s.ApiClient | None = None,
@@ -398,7 +430,7 @@ class LiveSource:
     def _backoff(self, failures: int) -> float:
         """Capped exponential backoff with jitter (0.8..1.2), so restarted replicas do not retry in step."""
         delay = min(self.backoff_max, self.backoff_initial * (2 ** max(0, failures - 1)))
-        return delay * random.uniform(0.8, 1.2)
+        return float(delay) * random.uniform(0.8, 1.2)
 
     def status(self) -> dict[str, KindStatus]:
         return {k: r.status for k, r in self._reflectors.items()}

@@ -8,14 +8,10 @@ from pathlib import Path
 from typing import Protocol
 
 from webhook.cluster.files import FilesSource
-from webhook.cluster.state import ClusterState
+from webhook.cluster.live import LiveSource, LiveSourceError
+from webhook.cluster.state import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
 
-
-class LiveSourceError(ValueError):
-    """The live source cannot be set up (bad kubeconfig, no in-cluster config, bad options).
-
-    Defined here, not in ``live``, so callers can catch it without importing the kubernetes client.
-    """
+__all__ = ["LiveSourceError", "Source", "build_source", "describe", "example_folder", "in_cluster"]
 
 
 class Source(Protocol):
@@ -43,7 +39,9 @@ def describe(cluster_state: Path | None, kubeconfig: str | None) -> str:
 
 
 def build_source(state: ClusterState, cluster_state: Path | None, kubeconfig: str | None,
-                 watch_files: bool = True, **live_options: object) -> Source:
+                 watch_files: bool = True, kinds: tuple[str, ...] | None = None,
+                 field_selectors: dict[str, str] | None = None,
+                 config_map: tuple[str, str] = (SLO_CONFIG_NAMESPACE, SLO_CONFIG_NAME)) -> Source:
     """Load files synchronously (StateFileError is the caller's to report) or set up a live source.
 
     With neither flag: in-cluster config when KUBERNETES_SERVICE_HOST is set, else the example state.
@@ -56,9 +54,8 @@ def build_source(state: ClusterState, cluster_state: Path | None, kubeconfig: st
         src = FilesSource(cluster_state, state)
         src.load()
         return src if watch_files else _NoWatch(src)
-    from webhook.cluster.live import LiveSource
-
-    return LiveSource(state, kubeconfig=kubeconfig, **live_options)  # type: ignore[arg-type]
+    return LiveSource(state, kubeconfig=kubeconfig, kinds=kinds, field_selectors=field_selectors,
+                      config_map=config_map)
 
 
 class _NoWatch:

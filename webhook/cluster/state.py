@@ -1,21 +1,24 @@
 """The read-only cluster view both programs query, kept in memory as raw dicts.
 
 A source (``files`` or ``live``) writes into a ``ClusterState``; rules and the agent only read.
-Every write replaces whole dicts, so a reader never sees a half-applied update.
+Every write replaces whole dicts, so a reader never sees a half-applied update. A source may mark an
+object invalid (a ClusterColocationProfile with an unknown field, from the live source): it stays visible,
+with the reason, so the rules can fail closed and say why.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from webhook.core.priority import SYSTEM_PRIORITY_CLASSES, default_priority_class
 
 SLO_CONFIG_NAMESPACE = "koordinator-system"
 SLO_CONFIG_NAME = "slo-controller-config"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +66,7 @@ class ClusterState:
     def __init__(self, kinds: Iterable[str] = tuple(KINDS)) -> None:
         self.kinds = tuple(kinds)
         self._objects: dict[str, dict[Key, dict[str, Any]]] = {k: {} for k in self.kinds}
+        self._invalid: dict[str, dict[Key, str]] = {}  # kind -> key -> why the object must not be used
         self._synced: set[str] = set()
         self._errors: dict[str, str] = {}
         self._lock = threading.Lock()  # writers only; readers take the current dict reference
@@ -70,10 +74,11 @@ class ClusterState:
         self.generation = 0
 
     # -- writes (sources) -------------------------------------------------------------
-    def replace(self, kind: str, objects: Iterable[dict[str, Any]]) -> None:
+    def replace(self, kind: str, objects: Iterable[dict[str, Any]], invalid: Mapping[Key, str] | None = None) -> None:
         fresh = {object_key(o): o for o in objects}
         with self._lock:
             self._objects[kind] = fresh
+            self._invalid[kind] = dict(invalid or {})
             self._touch()
 
     def replace_all(self, by_kind: dict[str, list[dict[str, Any]]]) -> None:
@@ -81,23 +86,38 @@ class ClusterState:
         fresh = {k: {object_key(o): o for o in by_kind.get(k, [])} for k in self.kinds}
         with self._lock:
             self._objects = fresh
+            self._invalid = {}
             self._synced = set(self.kinds)
             self._errors.clear()
             self._touch()
 
-    def upsert(self, kind: str, obj: dict[str, Any]) -> None:
+    def upsert(self, kind: str, obj: dict[str, Any], invalid: str | None = None) -> None:
+        key = object_key(obj)
         with self._lock:
             current = dict(self._objects.get(kind, {}))
-            current[object_key(obj)] = obj
+            current[key] = obj
             self._objects[kind] = current
+            self._mark(kind, key, invalid)
             self._touch()
 
     def delete(self, kind: str, obj: dict[str, Any]) -> None:
+        key = object_key(obj)
         with self._lock:
             current = dict(self._objects.get(kind, {}))
-            current.pop(object_key(obj), None)
+            current.pop(key, None)
             self._objects[kind] = current
+            self._mark(kind, key, None)
             self._touch()
+
+    def _mark(self, kind: str, key: Key, invalid: str | None) -> None:
+        marks = self._invalid.get(kind, {})
+        if invalid is not None or key in marks:
+            marks = dict(marks)
+            if invalid is None:
+                del marks[key]
+            else:
+                marks[key] = invalid
+            self._invalid[kind] = marks
 
     def mark_synced(self, kind: str) -> None:
         with self._lock:
@@ -138,15 +158,17 @@ class ClusterState:
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
         return self._objects.get(kind, {}).get((namespace, name))
 
-    def _cached(self, key: str, build):  # type: ignore[no-untyped-def]
+    def invalid(self, kind: str) -> Mapping[Key, str]:
+        """The objects of ``kind`` a source marked invalid, with the reason (rules must not use them)."""
+        return self._invalid.get(kind, {})
+
+    def derived(self, key: str, build: Callable[[], T]) -> T:
+        """A value computed from the current objects, rebuilt after any change (rules' caches). One key
+        always holds one type: the key names what ``build`` makes."""
         derived = self._derived
         if key not in derived:
             derived[key] = build()
-        return derived[key]
-
-    def derived(self, key: str, build):  # type: ignore[no-untyped-def]
-        """A value computed from the current objects, rebuilt after any change (rules' caches)."""
-        return self._cached(key, build)
+        return cast(T, derived[key])
 
     def priority_class(self, name: str) -> dict[str, Any] | None:
         pc = self._objects.get("PriorityClass", {}).get(("", name))
@@ -155,7 +177,7 @@ class ClusterState:
         return pc
 
     def default_priority_class(self) -> dict[str, Any] | None:
-        return self._cached("default_pc", lambda: default_priority_class(self.objects("PriorityClass")))
+        return self.derived("default_pc", lambda: default_priority_class(self.objects("PriorityClass")))
 
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         """The namespace's labels (with ``kubernetes.io/metadata.name``), or None when unknown."""
@@ -167,11 +189,15 @@ class ClusterState:
         return labels
 
     def colocation_profiles(self) -> list[dict[str, Any]]:
-        """Every ClusterColocationProfile, in name order (the order they apply in)."""
-        return self._cached(
+        """Every ClusterColocationProfile, in name order (the order they apply in), invalid ones included."""
+        return self.derived(
             "profiles",
             lambda: [p for _, p in sorted(self._objects.get("ClusterColocationProfile", {}).items())],
         )
+
+    def invalid_colocation_profiles(self) -> dict[str, str]:
+        """Profile name -> why it must not be applied (see ``invalid``)."""
+        return {name: why for (_, name), why in self.invalid("ClusterColocationProfile").items()}
 
     def resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
         def build() -> dict[str, list[dict[str, Any]]]:
@@ -180,7 +206,7 @@ class ClusterState:
                 by_ns.setdefault(ns, []).append(q)
             return by_ns
 
-        return self._cached("quotas", build).get(namespace, [])
+        return self.derived("quotas", build).get(namespace, [])
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._objects.get("ConfigMap", {}).get((namespace, name))

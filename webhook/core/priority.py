@@ -64,9 +64,11 @@ def default_priority_class(classes: Iterable[dict[str, Any]]) -> dict[str, Any] 
     """The globalDefault class with the lowest value (upstream's tie-break), or None."""
     best = None
     for pc in classes:
-        if pc.get("globalDefault") is True:
-            if best is None or (pc.get("value", 0), pc["metadata"]["name"]) < (best.get("value", 0), best["metadata"]["name"]):
-                best = pc
+        if pc.get("globalDefault") is not True:
+            continue
+        rank = (pc.get("value", 0), pc["metadata"]["name"])
+        if best is None or rank < (best.get("value", 0), best["metadata"]["name"]):
+            best = pc
     return best
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.core.priority import KOORD_BATCH
 from webhook.core.quantity import QuantityError, parse_quantity
 
 QOS_LABEL = "koordinator.sh/qosClass"
@@ -21,6 +22,19 @@ def koord_qos_class(pod: dict[str, Any]) -> str:
     return value if value in KOORD_QOS_CLASSES else ""
 
 
+# The QoS class Koordinator pairs with a priority band (koordinator.md §4: BE derives koord-batch,
+# and koord-batch pods with batch resources must be BE). koord-mid has no such pair: no QoS class
+# derives it and its resources need none.
+BAND_QOS_CLASS = {KOORD_BATCH: "BE"}
+
+
+def states_qos_class(pod: dict[str, Any]) -> bool:
+    """Whether the pod says its QoS class at all: the label, or the legacy annotation, with any value
+    (an unknown value is the user's to fix, not ours to overwrite)."""
+    meta = pod.get("metadata") or {}
+    return QOS_LABEL in (meta.get("labels") or {}) or LEGACY_QOS_ANNOTATION in (meta.get("annotations") or {})
+
+
 def is_be(pod: dict[str, Any]) -> bool:
     return koord_qos_class(pod) == "BE"
 
@@ -29,7 +43,7 @@ def kube_qos_class(pod: dict[str, Any]) -> str:
     """Guaranteed, Burstable or BestEffort, by the kubelet's rules (status.qosClass wins)."""
     status_qos = (pod.get("status") or {}).get("qosClass")
     if status_qos:
-        return status_qos
+        return str(status_qos)
     spec = pod.get("spec") or {}
     requests: dict[str, Any] = {}
     limits: dict[str, Any] = {}

@@ -10,7 +10,8 @@ from __future__ import annotations
 import decimal
 import re
 from decimal import Decimal
-from functools import lru_cache
+
+from webhook.core.memo import memo
 
 # Upstream's own error texts (apimachinery pkg/api/resource/quantity.go).
 ERR_FORMAT = (
@@ -24,6 +25,7 @@ _LOOSE = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
 _NUMBER = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
 _EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
 
+BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
@@ -36,27 +38,20 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity; the message is upstream's."""
 
 
-CACHEABLE_LENGTH = 64
-
-
-def cacheable(raw: object) -> bool:
-    """Worth a cache entry: a short text, as the apiserver writes every quantity. A huge string in a
-    hostile review must not sit in a cache, and numbers are not: True == 1 == 1.0 would share a key."""
-    return type(raw) is str and len(raw) <= CACHEABLE_LENGTH  # type: ignore[arg-type]
-
-
 def parse_quantity(text: object) -> Decimal:
-    """Parse a quantity as the apiserver would (a JSON number is accepted like its string form)."""
+    """Parse a quantity as the apiserver would (a JSON number is accepted like its JSON text)."""
     if isinstance(text, str):
-        return _parse(text) if len(text) <= CACHEABLE_LENGTH else _parse.__wrapped__(text)
+        return _parse(text)
     if isinstance(text, int) and not isinstance(text, bool):
         return _parse(str(text))
-    if isinstance(text, float) and text.is_integer():
-        return _parse(str(int(text)))
+    if isinstance(text, float):
+        # Go parses the number's JSON text (`cpu: 0.5` in YAML is 0.5); repr gives the shortest
+        # text of the same value. NaN and infinities print as words and fail the grammar.
+        return _parse(str(int(text)) if text.is_integer() else repr(text))
     raise QuantityError(ERR_FORMAT)
 
 
-@lru_cache(maxsize=4096)
+@memo  # pods repeat a few texts; parsing one exactly costs more than a rule (bench/memo.py)
 def _parse(text: str) -> Decimal:
     m = _LOOSE.match(text)
     if m is None:
@@ -139,3 +134,13 @@ def format_decimal_si(q: Decimal) -> str:
 
 def clamp_int64(value: int) -> int:
     return max(-_INT64_MAX - 1, min(_INT64_MAX, value))
+
+
+@memo
+def canonical(raw: object) -> str:
+    """A quantity as Go prints it after parsing: "1000" -> "1k", "1024Mi" -> "1Gi" (a binary suffix keeps the
+    binary form, whole values only, which is all Kubernetes stores); QuantityError."""
+    q = parse_quantity(raw)
+    if isinstance(raw, str) and raw[-2:] in BINARY_SUFFIXES and q == q.to_integral_value():
+        return format_binary_si(int(q))
+    return format_decimal_si(q)

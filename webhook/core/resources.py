@@ -6,12 +6,14 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
+from webhook.core.fielderrors import invalid
 from webhook.core.quantity import QuantityError, parse_quantity
 
 CPU, MEMORY = "cpu", "memory"
 BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
 BATCH_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
+MID_RESOURCES = (MID_CPU, MID_MEMORY)
 NATIVE_RESOURCES = (CPU, MEMORY)
 
 
@@ -150,6 +152,38 @@ def iter_resource_lists(spec: dict[str, Any]) -> Iterator[tuple[str, str, str, d
     """(owner, path, kind, resource map) for every entry of ``resource_lists``."""
     for owner, field, index, kind, values in resource_lists(spec):
         yield owner, resource_list_path(field, index, kind), kind, values
+
+
+def asks(raw: object) -> bool:
+    """Whether a quantity asks for its resource: above zero. An unparsable one counts (it is
+    reported by ``quantity_errors``, and must not pass for "asks for nothing")."""
+    try:
+        return parse_quantity(raw) > 0
+    except QuantityError:
+        return True
+
+
+def shown(raw: object) -> str:
+    """A quantity as a message quotes it (a JSON number as its text)."""
+    return raw if isinstance(raw, str) else str(raw)
+
+
+def quantity_errors(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> list[str]:
+    """Upstream field errors for every requests/limits/overhead value that is not a quantity, in spec
+    order: ``spec.containers[0].resources.requests[cpu]: Invalid value: "abc": quantities must match ...``.
+
+    The apiserver refuses such a pod when it decodes it (400, the same quantity text without the
+    field); a webhook can be sent one anyway (``review``, a direct post, another webhook's patch).
+    ``lists``: ``resource_lists(spec)`` when the caller has it already.
+    """
+    errors: list[str] = []
+    for _, field, index, kind, values in resource_lists(spec) if lists is None else lists:
+        for name, raw in values.items():
+            try:
+                parse_quantity(raw)
+            except QuantityError as exc:
+                errors.append(invalid(f"{resource_list_path(field, index, kind)}[{name}]", shown(raw), str(exc)))
+    return errors
 
 
 def pod_shape_error(pod: dict[str, Any]) -> str | None:

@@ -44,7 +44,8 @@ def validate_selector(selector: Any, where: str = "selector") -> None:
         if op in ("In", "NotIn") and not values:
             raise SelectorError(f"{at}.values: Required value: must be specified when `operator` is 'In' or 'NotIn'")
         if op in ("Exists", "DoesNotExist") and values:
-            raise SelectorError(f"{at}.values: Forbidden: may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
+            raise SelectorError(f"{at}.values: Forbidden: "
+                                "may not be specified when `operator` is 'Exists' or 'DoesNotExist'")
 
 
 def selector_is_empty(selector: Any) -> bool:
@@ -87,7 +88,7 @@ class CompiledSelector:
     label change can affect.
     """
 
-    __slots__ = ("match_labels", "expressions", "keys")
+    __slots__ = ("expressions", "keys", "match_labels")
 
     def __init__(self, match_labels: tuple[tuple[str, str], ...],
                  expressions: tuple[tuple[str, str, frozenset[str]], ...]) -> None:
@@ -127,17 +128,17 @@ def compile_selector(selector: Any, where: str = "selector") -> CompiledSelector
 
 def describe_selector(selector: Any) -> str:
     """A kubectl-style one-line rendering: ``app=web,tier in (a,b),!x``."""
-    if not isinstance(selector, Mapping) and selector is not None:
-        return repr(selector)
-    if selector_is_empty(selector):
+    if selector is None or selector_is_empty(selector):
         return "<everything>"
+    if not isinstance(selector, Mapping):
+        return repr(selector)
     labels = selector.get("matchLabels") or {}
     parts = [f"{k}={v}" for k, v in labels.items()] if isinstance(labels, Mapping) else [repr(labels)]
     for e in selector.get("matchExpressions") or []:
         if not isinstance(e, Mapping):
             parts.append(repr(e))
             continue
-        op, key, values = e.get("operator"), e.get("key"), ",".join(e.get("values") or [])
+        op, key, values = str(e.get("operator")), e.get("key"), ",".join(e.get("values") or [])
         parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
                       "Exists": f"{key}", "DoesNotExist": f"!{key}"}.get(op, f"{key} {op} ({values})"))
     return ",".join(parts)

@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""Instructions per review, counted by valgrind's callgrind: a figure this noisy VM cannot move.
+
+Wall-clock figures here swing by ±20 % with whatever else runs; instruction counts repeat to the last digit.
+Each endpoint runs twice under callgrind, once with only the warm-up and once with N more reviews, and the
+difference over N is printed. Give another checkout of the project with --tree to compare two commits back to
+back (the same Python and libraries run both):
+
+    python bench/instructions.py [--tree DIR] [--reviews 200]     (needs valgrind: apt-get install valgrind)
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+REVIEW = "examples/admissionreview-koord-batch.json"
+WORKLOAD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from webhook.admission import chain
+from webhook.admission.review import decode_review, encode_response
+from webhook.cluster.files import FilesSource
+from webhook.cluster.sources import example_folder
+from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+body = open(sys.argv[1] + "/" + sys.argv[2], "rb").read()
+state = ClusterState(WEBHOOK_KINDS)
+FilesSource(example_folder(), state).load()
+run = chain.mutate if sys.argv[3] == "mutate" else chain.validate
+def review():
+    r = decode_review(body)
+    return encode_response(r.apiVersion, r.request.uid, run(r.request, state, chain.Settings()))
+for _ in range(50 + int(sys.argv[4])):
+    review()
+"""
+
+
+def _count(tree: Path, endpoint: str, reviews: int, work: Path) -> int:
+    script = work / "workload.py"
+    script.write_text(WORKLOAD)
+    # Once without valgrind first: a module edited since its last import is compiled to bytecode on the way,
+    # which would count in whichever run comes first.
+    subprocess.run([sys.executable, str(script), str(tree), REVIEW, endpoint, "0"], check=True)
+    run = subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={work / 'out'}", sys.executable,
+                          str(script), str(tree), REVIEW, endpoint, str(reviews)],
+                         capture_output=True, text=True, check=True, env={"PYTHONHASHSEED": "0"})
+    found = re.search(r"Collected : (\d+)", run.stderr)
+    if found is None:
+        raise SystemExit(f"callgrind printed no count:\n{run.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tree", type=Path, action="append", default=[],
+                    help="another checkout to count too (repeatable); this one is always counted")
+    ap.add_argument("--reviews", type=int, default=200)
+    args = ap.parse_args()
+    if shutil.which("valgrind") is None:
+        raise SystemExit("valgrind is not installed: apt-get install valgrind")
+    trees = [ROOT, *(t.resolve() for t in args.tree)]
+    print(f"review: {REVIEW}; instructions per review (decode, chain, encode), {args.reviews} reviews "
+          "after 50 warm-up ones")
+    print(f"  {'tree':<40}{'mutate':>12}{'validate':>12}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for tree in trees:
+            figures = []
+            for endpoint in ("mutate", "validate"):
+                base = _count(tree, endpoint, 0, Path(tmp))
+                full = _count(tree, endpoint, args.reviews, Path(tmp))
+                figures.append((full - base) / args.reviews)
+            print(f"  {tree!s:<40}{figures[0]:12,.0f}{figures[1]:12,.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

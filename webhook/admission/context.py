@@ -1,0 +1,104 @@
+"""What a rule gets: the request, the cluster state, the settings, the pod, and a typed place for what it finds.
+
+A mutating rule gets a ``MutatingContext``: the working pod, the ``PatchBuilder`` that is the only way to change
+it, and ``MutatingFacts`` that earlier rules filled in. A validating rule gets a ``ValidatingContext``, which has
+no patch builder at all: a validating webhook that sent a patch would be refused by the apiserver, so a validating
+rule cannot make one. Both add warnings and audit annotations through the context; the chain turns them, with the
+first denial, into the answer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.admission.domain.patch import PatchBuilder
+from webhook.admission.response import WARNING_LIMIT
+from webhook.admission.review import AdmissionRequest
+from webhook.cluster.state import ClusterState
+from webhook.core.resources import ResourceList, resource_lists
+
+
+@dataclass(slots=True)
+class Settings:
+    """Admission configuration from the command line (``--quota-config``)."""
+
+    limited_resources: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class MutatingFacts:
+    """What the mutating rules found out, for the rules after them (set in chain order)."""
+
+    priority: int | None = None                 # spec.priority once the priority rule resolved it
+    matched_profiles: list[str] = field(default_factory=list)  # ClusterColocationProfiles applied, in order
+    skip_update_resources: bool = False         # a matched profile turns the batch conversion off
+    profile_label_keys: frozenset[str] = frozenset()  # pod label keys the namespace's profiles read
+    # (field, index) of the containers (("overhead", 0) for spec.overhead) the batch conversion converted,
+    # kept across passes: what a later pass sees there is no longer what the user wrote.
+    converted: set[tuple[str, int]] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class _Context:
+    request: AdmissionRequest
+    state: ClusterState
+    settings: Settings
+    pod: dict[str, Any]
+    old_pod: dict[str, Any] | None
+    explain: list[str] | None = None            # filled only for `review --explain`
+    warnings: list[str] = field(default_factory=list)
+    audit_annotations: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def namespace(self) -> str:
+        meta = self.pod.get("metadata")
+        return (meta.get("namespace") if isinstance(meta, dict) else None) or self.request.namespace
+
+    @property
+    def pod_name(self) -> str:
+        """The name used in Forbidden prefixes: name, else generateName, else "Unknown"."""
+        meta = self.pod.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        return meta.get("name") or self.request.name or meta.get("generateName") or "Unknown"
+
+    def warn(self, text: str) -> None:
+        """A warning for the client (kubectl prints it), shortened to the apiserver's 120 characters."""
+        if len(text) >= WARNING_LIMIT:
+            text = text[: WARNING_LIMIT - 2] + "…"
+        if text not in self.warnings:
+            self.warnings.append(text)
+
+    def audit(self, rule: str, text: str) -> None:
+        """An audit annotation: what the rule did, for the apiserver's audit log."""
+        self.audit_annotations[rule] = text
+
+    def note(self, rule: str, text: str) -> None:
+        """An ``--explain`` line. Callers building costly text check ``ctx.explain is not None`` first."""
+        if self.explain is not None:
+            self.explain.append(f"[{rule}] {text}")
+
+
+@dataclass(slots=True)
+class MutatingContext(_Context):
+    patch: PatchBuilder = field(kw_only=True)   # the working pod is ``patch.doc``
+    facts: MutatingFacts = field(default_factory=MutatingFacts)
+    rerun_reason: str | None = None             # set by ``rerun`` during a pass
+
+    def rerun(self, reason: str) -> None:
+        """Run the mutating chain once more after this pass: ``reason`` changed what an earlier rule reads (a
+        label a profile may select on), and the answer must be its own fixpoint under reinvocation."""
+        self.rerun_reason = reason
+
+
+@dataclass(slots=True)
+class ValidatingContext(_Context):
+    _resource_lists: list[ResourceList] | None = None
+
+    @property
+    def resource_lists(self) -> list[ResourceList]:
+        """Every ResourceList of the pod, found once for all validating rules (the object does not change)."""
+        if self._resource_lists is None:
+            spec = self.pod.get("spec")
+            self._resource_lists = resource_lists(spec if isinstance(spec, dict) else {})
+        return self._resource_lists

@@ -1,0 +1,195 @@
+"""cpu/memory -> batch/mid extended resources (Koordinator's ``mutatePodResourceSpec``, koordinator.md §2.5).
+
+A koord-batch pod asks for ``kubernetes.io/batch-cpu`` (whole milli-cores) and ``kubernetes.io/batch-memory``
+(whole bytes) instead of cpu and memory, a koord-mid pod for the mid resources; the native keys go. The
+annotation that records the result for the node is ``core.extended_resource_spec``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from webhook.admission.domain.strategic_merge import clone
+from webhook.core.memo import memo
+from webhook.core.priority import KOORD_BATCH, KOORD_MID, band_of
+from webhook.core.quantity import (
+    BINARY_SUFFIXES,
+    QuantityError,
+    format_decimal_si,
+    int_value,
+    milli_value,
+    parse_quantity,
+)
+from webhook.core.resources import (
+    BATCH_CPU,
+    BATCH_MEMORY,
+    CPU,
+    MEMORY,
+    MID_CPU,
+    MID_MEMORY,
+    ResourceList,
+    asks,
+    iter_containers,
+    shown,
+)
+
+TARGETS: dict[str, tuple[str, str]] = {KOORD_BATCH: (BATCH_CPU, BATCH_MEMORY), KOORD_MID: (MID_CPU, MID_MEMORY)}
+
+
+def targets_for(priority: Any) -> tuple[str, str] | None:
+    """(cpu name, memory name) for a priority in the koord-batch or koord-mid band, else None."""
+    if not isinstance(priority, int) or isinstance(priority, bool):
+        return None
+    return TARGETS.get(band_of(priority))
+
+
+@memo  # every container of a workload repeats its texts (bench/memo.py)
+def milli_cores_text(raw: object) -> str:
+    """The whole milli-cores of a cpu quantity, rounded up as upstream's MilliValue, as text: "500m" -> "500",
+    "1" -> "1000" (QuantityError)."""
+    return str(milli_value(parse_quantity(raw)))
+
+
+@memo
+def bytes_text(raw: object) -> str:
+    """The whole bytes of a memory quantity, rounded up, as text: "512Mi" -> "536870912" (QuantityError)."""
+    return str(int_value(parse_quantity(raw)))
+
+
+def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
+                 prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+    """A ResourceList with cpu/memory renamed and re-expressed; also the native keys converted
+    (each as ``prefix`` + name).
+
+    The converted key takes the native key's place (an existing extended value is overwritten,
+    as Koordinator does; ``convert_pod`` does not convert a list that asks for one). An unparsable
+    quantity is left alone (the rules deny such a pod before converting: ``resources.quantity_errors``).
+    The result shares no map or list with ``values`` (a malformed value is copied), so a patch op
+    may hold it as it is.
+    """
+    out: dict[str, Any] = {}
+    done: list[str] = []
+    for name, raw in values.items():
+        if name in (CPU, MEMORY):
+            try:
+                text = milli_cores_text(raw) if name == CPU else bytes_text(raw)
+            except QuantityError:
+                out[name] = clone(raw)
+                continue
+            out[cpu_name if name == CPU else mem_name] = text
+            done.append(prefix + name)
+        elif name not in out:
+            out[name] = clone(raw) if isinstance(raw, (dict, list)) else raw
+    return out, done
+
+
+def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
+    """A container's ``resources`` converted; a limit without a request gets the request = limit."""
+    out = dict(resources)
+    done: list[str] = []
+    for kind, prefix in (("requests", "requests."), ("limits", "limits.")):
+        values = resources.get(kind)
+        if isinstance(values, dict):
+            out[kind], converted = convert_list(values, cpu_name, mem_name, prefix)
+            done += converted
+    limits = out.get("limits")
+    if isinstance(limits, dict):
+        requests = out.get("requests")
+        if not isinstance(requests, dict):
+            requests = None
+        for name in (cpu_name, mem_name):
+            if name in limits and not (requests is not None and name in requests):
+                requests = out["requests"] = {**(requests or {}), name: limits[name]}
+                done.append(f"requests.{name} = limit")
+    return out, done
+
+
+Path = tuple[str | int, ...]
+
+
+def convert_pod(spec: dict[str, Any], cpu_name: str,
+                mem_name: str) -> tuple[list[tuple[Path, Any, list[str]]], list[tuple[Path, str, Any]]]:
+    """(changes, skipped). A change is (path under the pod, new value, what changed) for every
+    container resources and the overhead that change. A container (or the overhead) is not converted
+    at all when a conversion would write over a value it already asks for with another one (its
+    ``batch-cpu: 500`` next to ``cpu: 2``): the user's value would be lost, and the validating
+    no-mixing rule reports the mix instead. skipped lists (path, that name, its value)."""
+    changes: list[tuple[Path, Any, list[str]]] = []
+    skipped: list[tuple[Path, str, Any]] = []
+    for field, i, c in iter_containers(spec):
+        resources = c.get("resources")
+        if not isinstance(resources, dict):
+            continue
+        path: Path = ("spec", field, i, "resources")
+        clash = None
+        for kind in ("requests", "limits"):
+            values = resources.get(kind)
+            if clash is None and isinstance(values, dict):
+                clash = _clash(values, cpu_name, mem_name)
+        if clash is not None:
+            skipped.append((path, *clash))
+            continue
+        new, done = convert_resources(resources, cpu_name, mem_name)
+        if done:
+            changes.append((path, new, done))
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict):
+        clash = _clash(overhead, cpu_name, mem_name)
+        if clash is not None:
+            skipped.append((("spec", "overhead"), *clash))
+        else:
+            new, done = convert_list(overhead, cpu_name, mem_name, "overhead.")
+            if done:
+                changes.append((("spec", "overhead"), new, done))
+    return changes, skipped
+
+
+def _clash(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[str, Any] | None:
+    """(name, value) of an extended value in ``values`` that converting its native key would replace
+    with a different one, else None. An extended value of 0 asks for nothing, so it may go; the same
+    value (our own earlier output, a profile's patch written again on reinvocation) is no loss."""
+    for native, target, convert in ((CPU, cpu_name, milli_value), (MEMORY, mem_name, int_value)):
+        if native not in values or target not in values or not asks(values[target]):
+            continue
+        try:
+            same = parse_quantity(values[target]) == convert(parse_quantity(values[native]))
+        except QuantityError:  # denied before any conversion (resources.quantity_errors)
+            same = False
+        if not same:
+            return target, values[target]
+    return None
+
+
+@memo
+def _odd_cpu(raw: object) -> str | None:
+    """How a cpu quantity converts oddly, or None when plainly (or when it is no quantity): written in memory
+    units (``100Mi`` is 104857600 milli-cores), or a fraction of a milli-core (``0.5m``, rounded up to 1 as the
+    kubelet does). The text goes after the converted value."""
+    try:
+        q = parse_quantity(raw)
+    except QuantityError:
+        return None
+    if isinstance(raw, str) and raw[-2:] in BINARY_SUFFIXES:
+        return f"({format_decimal_si(q)} cores)"
+    return None if milli_value(q) == q * 1000 else "(rounded up)"
+
+
+def cpu_notes(lists: list[ResourceList], converted: set[tuple[str, int]], cpu_name: str) -> list[str]:
+    """What a conversion makes of a cpu that reads oddly (``_odd_cpu``), for the owners in ``converted``
+    ((field, index) of a ``lists`` entry, the pod's ``resources.resource_lists`` before the conversion)."""
+    notes: list[str] = []
+    short = cpu_name.rsplit("/", 1)[-1]
+    for owner, field, index, kind, values in lists:
+        raw = values.get(CPU)
+        if raw is None or (field, index) not in converted:
+            continue
+        odd = _odd_cpu(raw)
+        if odd is None:
+            continue
+        where = f"{owner}: {'cpu' if field == 'overhead' else kind + '.cpu'}"
+        milli = milli_cores_text(raw)
+        if odd == "(rounded up)":
+            notes.append(f'{where} "{shown(raw)}" is not whole milli-cores: {short} {milli} (rounded up)')
+        else:
+            notes.append(f'{where} "{raw}" is in memory units: {short} {milli} {odd}')
+    return notes

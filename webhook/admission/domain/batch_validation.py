@@ -1,0 +1,126 @@
+"""Checks on how a pod writes batch resources (the batch rules of both chains; pure, no I/O).
+
+Seed 003: a pod must not ask for batch resources and native cpu/memory together, batch-cpu counts
+milli-cores as a whole number ("1k" is one core) and batch-memory whole bytes.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from webhook.core.fielderrors import invalid
+from webhook.core.quantity import QuantityError, is_whole, parse_quantity
+from webhook.core.resources import (
+    BATCH_CPU,
+    BATCH_RESOURCES,
+    NATIVE_RESOURCES,
+    ResourceList,
+    asks,
+    resource_list_path,
+    resource_lists,
+    shown,
+)
+
+MIXING_ADVICE = ("a pod uses either batch resources (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) "
+                 "or native cpu and memory, not both")
+BATCH_CPU_WHOLE = ("kubernetes.io/batch-cpu counts milli-cores and must be a whole number: "
+                   "write 500 for half a core, 1k or 1000 for one core")
+BATCH_MEMORY_WHOLE = ("kubernetes.io/batch-memory counts bytes and must be a whole number: "
+                      "write 512Mi or 536870912 for half a gibibyte")
+NEGATIVE = "must be greater than or equal to 0"  # upstream ValidateNonnegativeQuantity
+SMALL_BATCH_CPU = 100  # below a tenth of a core: almost certainly meant as cores
+_ABSENT = object()
+
+
+def mixing_error(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> str | None:
+    """The denial text when ``spec`` asks for batch and native cpu/memory together, else None.
+    ``lists``: ``resource_lists(spec)`` when the caller has it already."""
+    batch: dict[str, list[str]] = {}   # owner -> names asked for, in spec order
+    native: dict[str, list[str]] = {}
+    for owner, _, _, _, values in resource_lists(spec) if lists is None else lists:
+        for name, raw in values.items():
+            bucket = batch if name in BATCH_RESOURCES else native if name in NATIVE_RESOURCES else None
+            if bucket is not None and asks(raw):
+                names = bucket.setdefault(owner, [])
+                if name not in names:
+                    names.append(name)
+    if not batch or not native:
+        return None
+    for owner, names in batch.items():  # one owner asking for both reads best
+        if owner in native:
+            return f"{owner} asks for both {names[0]} and {native[owner][0]}: {MIXING_ADVICE}"
+    b_owner, b_names = next(iter(batch.items()))
+    n_owner, n_names = next(iter(native.items()))
+    return f"{b_owner} asks for {b_names[0]} and {n_owner} asks for {n_names[0]}: {MIXING_ADVICE}"
+
+
+def _batch_quantity(name: str, raw: object) -> tuple[str | None, Decimal | None]:
+    """(what is wrong or None, the value; None for a text that is no quantity, which
+    ``resources.quantity_errors`` reports)."""
+    try:
+        q = parse_quantity(raw)
+    except QuantityError:
+        return None, None
+    if q < 0:
+        return NEGATIVE, None
+    if not is_whole(q):
+        return (BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE), None
+    return None, q
+
+
+def small_batch_cpu_warnings(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> list[str]:
+    """A warning per owner whose batch-cpu is above 0 and under 100 milli-cores: "2" is usually
+    meant as 2 cores. Stated as a fact, not a guess: a conversion of ``cpu: 50m`` writes "50" too."""
+    warnings: list[str] = []
+    for owner, _, _, _, values in resource_lists(spec) if lists is None else lists:
+        raw = values.get(BATCH_CPU, _ABSENT)
+        if raw is _ABSENT:
+            continue
+        try:
+            q = parse_quantity(raw)
+        except QuantityError:
+            continue
+        if 0 < q < SMALL_BATCH_CPU and is_whole(q):
+            n = int(q)
+            text = (f'{owner}: batch-cpu "{shown(raw)}" is {n} milli-core{"s" if n > 1 else ""}, '
+                    f'under a tenth of a core; for {n} core{"s" if n > 1 else ""} write {n}k')
+            if text not in warnings:  # requests and limits usually say the same
+                warnings.append(text)
+    return warnings
+
+
+def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> list[str]:
+    """Upstream ``field.Error`` texts, with the field path, for the batch-cpu and batch-memory
+    quantities of ``spec``: not whole, negative, or a request above its limit.
+    ``lists``: ``resource_lists(spec)`` when the caller has it already.
+    """
+    errors: list[str] = []
+    # (field, index, name) -> (raw, value), per kind: one entry per resources block and batch resource
+    requests: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
+    limits: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
+    for _, field, index, kind, values in resource_lists(spec) if lists is None else lists:
+        for name in BATCH_RESOURCES:
+            raw = values.get(name, _ABSENT)
+            if raw is _ABSENT:
+                continue
+            problem, q = _batch_quantity(name, raw)
+            if problem is not None:
+                errors.append(invalid(f"{resource_list_path(field, index, kind)}[{name}]", shown(raw), problem))
+                continue
+            if q is None:
+                continue
+            if kind == "requests":
+                requests[(field, index, name)] = (raw, q)
+            elif kind == "limits":
+                limits[(field, index, name)] = (raw, q)
+    # A request may not exceed its limit. kubernetes.io/batch-* are prefixed native resources, which
+    # the apiserver lets a pod overcommit (request <= limit, upstream's text, kubernetes.md §5.3), and
+    # Koordinator's own conversion of a Burstable pod (500m/1 -> 500/1000) relies on it: demanding
+    # request == limit would deny the mutating chain's own output.
+    for (field, index, name), (raw, q) in requests.items():
+        limit = limits.get((field, index, name))
+        if limit is not None and q > limit[1]:
+            errors.append(invalid(resource_list_path(field, index, "requests"), shown(raw),
+                                  f"must be less than or equal to {name} limit of {shown(limit[0])}"))
+    return errors

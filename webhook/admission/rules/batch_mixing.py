@@ -1,0 +1,40 @@
+"""No mixing: a pod asks either for batch resources or for native cpu/memory, never both.
+
+Containers, init containers and ``spec.overhead`` all count (``core.batch_validation.mixing_error``). As the
+first validating rule it also answers 400 for a pod whose outline is malformed or that holds a value
+that is no quantity (what the apiserver's decoder refuses), so the rules after it can trust both.
+"""
+
+from __future__ import annotations
+
+from webhook.admission.context import ValidatingContext
+from webhook.admission.domain.batch_validation import mixing_error
+from webhook.admission.response import Denial, bad_request, denied
+from webhook.admission.review import AdmissionRequest
+from webhook.core.fielderrors import aggregate
+from webhook.core.resources import pod_shape_error, quantity_errors
+
+NAME = "batch-mixing"
+
+
+def handles(request: AdmissionRequest) -> bool:
+    return request.is_pod and request.operation in ("CREATE", "UPDATE")
+
+
+def validate(ctx: ValidatingContext) -> Denial | None:
+    shape = pod_shape_error(ctx.pod)
+    if shape is None and ctx.request.operation == "UPDATE" and ctx.old_pod is not None:
+        old = pod_shape_error(ctx.old_pod)
+        shape = None if old is None else f"oldObject.{old}"
+    if shape is not None:
+        return bad_request(shape)
+    spec = ctx.pod["spec"]
+    lists = ctx.resource_lists
+    bad = quantity_errors(spec, lists)
+    if bad:
+        return bad_request(aggregate(bad))
+    message = mixing_error(spec, lists)
+    if message is not None:
+        return denied(message)
+    ctx.note(NAME, "containers, init containers and overhead: batch and native cpu/memory not mixed")
+    return None

@@ -1,0 +1,28 @@
+"""batch-cpu in whole milli-cores, batch-memory in whole bytes, request not above its limit.
+
+A batch-cpu below 100 (a tenth of a core) gets a warning from the mutating batch-resources rule,
+which still sees what the user wrote (here a converted ``cpu: 50m`` reads "50" as well).
+"""
+
+from __future__ import annotations
+
+from webhook.admission.context import ValidatingContext
+from webhook.admission.domain.batch_validation import unit_problems
+from webhook.admission.response import Denial, denied
+from webhook.admission.review import AdmissionRequest
+from webhook.core.fielderrors import aggregate
+
+NAME = "batch-units"
+
+
+def handles(request: AdmissionRequest) -> bool:
+    return request.is_pod and request.operation in ("CREATE", "UPDATE")
+
+
+def validate(ctx: ValidatingContext) -> Denial | None:
+    spec = ctx.pod.get("spec") or {}
+    errors = unit_problems(spec, ctx.resource_lists)
+    if errors:
+        return denied(aggregate(errors))
+    ctx.note(NAME, "batch-cpu/batch-memory: whole milli-cores and bytes, requests not above limits")
+    return None

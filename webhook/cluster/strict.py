@@ -1,0 +1,188 @@
+"""Unknown fields in the objects the cluster state reads, reported as kubectl's strict field validation does.
+
+A misspelled field must be an error, not a default: a ClusterColocationProfile with ``selecter:`` would
+otherwise match every pod. The apiserver answers such an object with
+``strict decoding error: unknown field "spec.selecter"``; we report the same path text.
+
+Built-in kinds are checked against the official ``kubernetes`` client's models (``openapi_types`` and
+``attribute_map`` give every field, recursively), so no built-in schema is written by hand here. The
+ClusterColocationProfile is a CRD the client does not know: its fields are a pydantic model of Koordinator's
+``config.koordinator.sh/v1alpha1`` type, whose built-in parts (ObjectMeta, LabelSelector) are again the client's.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from functools import cache
+from typing import Annotated, Any
+
+import kubernetes.client as k8s_models
+from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError
+from pydantic_core import PydanticCustomError
+
+from webhook.cluster.state import KINDS
+
+Path = tuple[str | int, ...]
+
+_LIST = re.compile(r"^List\[(.+)\]$")
+_DICT = re.compile(r"^Dict\[str, (.+)\]$")
+
+
+# A client type text, parsed once: ("list", item type), ("dict", value type), ("model", {field: type}) or None
+# for a scalar or free-form ``object`` (IntOrString, RawExtension), whose contents are not looked into.
+_Schema = tuple[str, Any] | None
+
+
+@cache
+def _schema(type_text: str) -> _Schema:
+    if m := _LIST.match(type_text):
+        return ("list", m.group(1))
+    if m := _DICT.match(type_text):
+        return ("dict", m.group(1))
+    model = getattr(k8s_models, type_text, None)
+    types, names = getattr(model, "openapi_types", None), getattr(model, "attribute_map", None)
+    if isinstance(types, dict) and isinstance(names, dict):
+        return ("model", {names[attr]: t for attr, t in types.items()})
+    return None
+
+
+def _walk(value: Any, type_text: str, path: Path) -> Iterator[Path]:
+    """Paths of the fields in ``value`` that the client's type does not have."""
+    schema = _schema(type_text)
+    if schema is None:
+        return
+    shape, inner = schema
+    if shape == "list":
+        if isinstance(value, list):
+            for i, item in enumerate(value):
+                yield from _walk(item, inner, (*path, i))
+    elif shape == "dict":
+        if isinstance(value, dict):
+            for key, item in value.items():
+                yield from _walk(item, inner, (*path, key))
+    elif isinstance(value, dict):  # a wrong type (a list for an object, ...) is for others to report
+        for key, item in value.items():
+            known = inner.get(key) if isinstance(key, str) else None
+            if known is None:
+                yield (*path, key)
+            else:
+                yield from _walk(item, known, (*path, key))
+
+
+def format_path(path: Path) -> str:
+    """``spec.containers[0].nmae``, as the apiserver writes a strict-decoding path."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out
+
+
+# -- ClusterColocationProfile (Koordinator apis/config/v1alpha1) -------------------------------------------
+def _builtin(type_text: str) -> AfterValidator:
+    """A field of a built-in type inside the CRD: checked against the client's model, not re-declared."""
+
+    def check(value: Any) -> Any:
+        unknown = list(_walk(value, type_text, ()))
+        if unknown:
+            raise PydanticCustomError("unknown_fields", "unknown fields", {"paths": unknown})
+        return value
+
+    return AfterValidator(check)
+
+
+class _CRDModel(BaseModel):
+    # Only the field names matter here; values are checked where they are used (webhook/core/profiles.py).
+    model_config = ConfigDict(extra="forbid")
+
+
+class ColocationProfileSpec(_CRDModel):
+    namespaceSelector: Annotated[Any, _builtin("V1LabelSelector")] = None
+    selector: Annotated[Any, _builtin("V1LabelSelector")] = None
+    probability: Any = None            # IntOrString
+    qosClass: Any = None
+    priorityClassName: Any = None
+    koordinatorPriority: Any = None
+    labels: Any = None
+    annotations: Any = None
+    labelKeysMapping: Any = None
+    annotationKeysMapping: Any = None
+    labelSuffixes: Any = None
+    schedulerName: Any = None
+    patch: Any = None                  # RawExtension, schemaless: a strategic merge patch of the pod
+
+
+class ColocationProfileStatus(_CRDModel):
+    """Empty upstream."""
+
+
+class ClusterColocationProfile(_CRDModel):
+    apiVersion: Any = None
+    kind: Any = None
+    metadata: Annotated[Any, _builtin("V1ObjectMeta")] = None
+    spec: ColocationProfileSpec | None = None
+    status: ColocationProfileStatus | None = None
+
+
+CUSTOM_KINDS: dict[str, type[BaseModel]] = {"ClusterColocationProfile": ClusterColocationProfile}
+"""Kinds served by a CRD: the apiserver may keep unknown fields in them, so the live source checks these too."""
+
+
+def _custom_unknown(model: type[BaseModel], obj: Mapping[str, Any]) -> list[Path]:
+    try:
+        model.model_validate(obj)
+    except ValidationError as exc:
+        out: list[Path] = []
+        for err in exc.errors():
+            loc = tuple(err["loc"])
+            if err["type"] == "extra_forbidden":
+                out.append(loc)
+            elif err["type"] == "unknown_fields":
+                # the paths of a built-in part, below the field that holds it
+                out.extend((*loc, *p) for p in err["ctx"]["paths"])
+            # other errors (spec is not an object, ...) are not about unknown fields: reported where used
+        return out
+    return []
+
+
+def _document_order(obj: Mapping[str, Any], path: Path) -> tuple[int, ...]:
+    """Where ``path`` is in ``obj``: the index of each key or item on the way (YAML keeps key order)."""
+    out: list[int] = []
+    node: Any = obj
+    for part in path:
+        if isinstance(node, dict):
+            keys = list(node)
+            out.append(keys.index(part) if part in node else len(keys))
+            node = node.get(part)
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            out.append(part)
+            node = node[part]
+        else:
+            out.append(0)
+    return tuple(out)
+
+
+def unknown_fields(obj: Mapping[str, Any]) -> list[Path]:
+    """Every unknown field of ``obj`` (a kind the cluster state holds; other kinds have none), in document order."""
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or kind not in KINDS:
+        return []
+    custom = CUSTOM_KINDS.get(kind)
+    if custom is None:
+        return list(_walk(obj, KINDS[kind].version.capitalize() + kind, ()))
+    # pydantic reports in field-declaration order; sort so the first one is the first in the file
+    return sorted(_custom_unknown(custom, obj), key=lambda p: _document_order(obj, p))
+
+
+def describe_unknown(paths: list[Path]) -> str:
+    """The apiserver's text: ``unknown field "spec.selecter"``, several joined with ", "."""
+    return ", ".join(f'unknown field "{format_path(p)}"' for p in paths)
+
+
+def check(obj: Mapping[str, Any]) -> str | None:
+    """``unknown field "..."`` for an object with unknown fields, else None."""
+    paths = unknown_fields(obj)
+    return describe_unknown(paths) if paths else None
