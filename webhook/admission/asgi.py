@@ -10,6 +10,7 @@ catch on this path.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from typing import Any
 
@@ -70,10 +71,19 @@ class ReviewDispatcher:
         if endpoint is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        answer = await review_answer(self.service, endpoint, scope, receive)
-        if answer is None:
-            return
-        await send({"type": "http.response.start", "status": answer.status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(answer.body)).encode())]})
-        await send({"type": "http.response.body", "body": answer.body})
+        path = scope["path"]
+        metrics = self.service.metrics
+        start = time.perf_counter()
+        in_flight = metrics.in_flight(path)
+        in_flight.inc()
+        try:
+            answer = await review_answer(self.service, endpoint, scope, receive)
+            if answer is None:
+                return
+            await send({"type": "http.response.start", "status": answer.status,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(answer.body)).encode())]})
+            await send({"type": "http.response.body", "body": answer.body})
+            metrics.http_answered(path, answer.status, time.perf_counter() - start)
+        finally:
+            in_flight.dec()
