@@ -42,7 +42,7 @@ def test_a_crash_is_allowed_with_a_warning_and_counted_as_error(example_state: C
     caplog.set_level(logging.INFO)
     with run_server(example_state, cert_dir) as srv, srv.client() as c:
         r = c.post(endpoint, content=json.dumps(review))
-        metrics = c.get("/metrics").text
+        metrics = srv.metrics()
     assert r.status_code == 200
     response = r.json()["response"]
     assert response["allowed"] is True and "status" not in response
@@ -66,7 +66,7 @@ def rec_text(record: logging.LogRecord) -> str:
 def test_on_rule_error_deny_is_fail_closed(example_state: ClusterState, cert_dir: Path) -> None:
     with run_server(example_state, cert_dir, Settings(on_rule_error="deny")) as srv, srv.client() as c:
         r = c.post("/mutate", content=json.dumps(load_fixture(MUTATE)))
-        metrics = c.get("/metrics").text
+        metrics = srv.metrics()
     response = r.json()["response"]
     assert response["allowed"] is False
     assert response["status"] == {"code": 500, "reason": "InternalError",

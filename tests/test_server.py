@@ -169,7 +169,7 @@ def test_healthz_and_metrics(server: Server) -> None:
     post(server, "/mutate", b"{nope")
     with server.client() as c:
         assert c.get("/healthz").text == "ok"
-        text = c.get("/metrics").text
+    text = server.metrics()
     assert 'colocation_webhook_requests_total{endpoint="mutate",operation="CREATE",outcome="allowed"} 1.0' in text
     assert 'colocation_webhook_requests_total{endpoint="mutate",operation="unknown",outcome="bad_request"} 1.0' in text
     assert 'colocation_webhook_request_duration_seconds_bucket{endpoint="mutate",le="0.001"}' in text
@@ -184,8 +184,7 @@ def test_metrics_carry_controller_runtime_names_and_patch_ops_by_rule(server: Se
     answer = post(server, "/mutate", review).json()["response"]
     ops = json.loads(base64.b64decode(answer["patch"]))
     post(server, "/validate", b"{nope")
-    with server.client() as c:
-        text = c.get("/metrics").text
+    text = server.metrics()
     assert 'controller_runtime_webhook_requests_total{code="200",webhook="/mutate"} 1.0' in text
     assert 'controller_runtime_webhook_requests_total{code="400",webhook="/validate"} 1.0' in text
     assert 'controller_runtime_webhook_requests_total{code="500",webhook="/validate"} 0.0' in text

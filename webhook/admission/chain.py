@@ -29,6 +29,7 @@ from webhook.admission.rules import (
     quota_presence,
 )
 from webhook.cluster.state import ClusterState
+from webhook.core.resources import pod_shape_error
 
 __all__ = ["MUTATING", "VALIDATING", "Settings", "mutate", "validate"]
 
@@ -51,15 +52,16 @@ class ValidatingRule(Protocol):
 
 MUTATING: tuple[MutatingRule, ...] = (colocation_profile, priority, batch_resources)
 VALIDATING: tuple[ValidatingRule, ...] = (batch_mixing, batch_units, koordinator_rules, quota_presence)
+CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
 MAX_PASSES = 3  # a rerun is asked for once per pod (a label set where none was); the bound is a guard
 
 C = TypeVar("C", bound=_Context)
 
 
-def _begin(rules: tuple[Any, ...], request: AdmissionRequest,
+def _begin(rules: tuple[Any, ...], request: AdmissionRequest, settings: Settings,
            explain: list[str] | None) -> tuple[list[Any], dict[str, Any]] | Decision:
     """The rules that handle the request and the object they work on, or the answer when there is nothing
-    to run (no rule handles it: allowed; an object that is no object: 400)."""
+    to run (no rule handles it: allowed; an object that is no object, or more containers than the cap: 400)."""
     active = [r for r in rules if r.handles(request)]
     if explain is not None:
         sub = "/" + request.subResource if request.subResource else ""
@@ -71,6 +73,13 @@ def _begin(rules: tuple[Any, ...], request: AdmissionRequest,
     if not isinstance(obj, dict):
         return errored(400, f"request.object must be a {request.kind.kind or 'Pod'} object for "
                             f"{request.operation}, got {type(obj).__name__}")
+    spec = obj.get("spec")
+    if isinstance(spec, dict):  # the work cap, before any rule: the rules' cost grows with the containers
+        n = sum(len(v) for k in CONTAINER_FIELDS if isinstance(v := spec.get(k), list))
+        if n > settings.max_containers:
+            return errored(400, f"the pod has {n} containers (containers, initContainers and ephemeralContainers "
+                                f"together), more than the {settings.max_containers} this webhook reviews "
+                                "(its --max-containers)")
     return active, obj
 
 
@@ -119,10 +128,15 @@ def _rule_failed(name: str, exc: Exception, ctx: _Context) -> Decision:
 
 def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
            explain: list[str] | None = None, rules: tuple[MutatingRule, ...] = MUTATING) -> Decision:
-    begun = _begin(rules, request, explain)
+    begun = _begin(rules, request, settings, explain)
     if isinstance(begun, Decision):
         return begun
     active, obj = begun
+    # The rules read the pod's outline without checking it (the validating chain refuses a bad one with the
+    # same 400); one that is not what the API defines gets that 400 here too, not a rule's crash.
+    shape = pod_shape_error(obj)
+    if shape is not None:
+        return errored(400, shape)
     # The builder copies on write, so the rules see their own changes while request.object stays as it
     # came (the final no-op check compares against it); no deep copy of the pod.
     patch = PatchBuilder(obj)
@@ -155,7 +169,7 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
 
 def validate(request: AdmissionRequest, state: ClusterState, settings: Settings,
              explain: list[str] | None = None, rules: tuple[ValidatingRule, ...] = VALIDATING) -> Decision:
-    begun = _begin(rules, request, explain)
+    begun = _begin(rules, request, settings, explain)
     if isinstance(begun, Decision):
         return begun
     active, obj = begun

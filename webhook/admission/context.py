@@ -19,6 +19,10 @@ from webhook.cluster.state import ClusterState
 from webhook.core.resources import ResourceList, resource_lists
 
 RuleErrorPolicy = Literal["allow", "deny"]
+# About 50 ms of rules at most on one core (bench/chain.py: ~35 µs a container); upstream sets no limit, and real
+# pods have a few dozen at the very most.
+MAX_CONTAINERS = 1000
+MAX_PATCH_BYTES = 1024 * 1024  # the patch's JSON; the answer carries it in base64, a third more
 
 
 @dataclass(slots=True)
@@ -29,6 +33,10 @@ class Settings:
     # --on-rule-error: what a review gets when a rule raises. "allow" is fail-open, as failurePolicy Ignore asks
     # of a webhook that fails; "deny" is fail-closed (a 500 denial).
     on_rule_error: RuleErrorPolicy = "allow"
+    # The work one review may cost (--max-containers, --max-patch-bytes): past either the review is answered
+    # with a 400 denial naming the limit, before the chain runs or instead of the patch.
+    max_containers: int = MAX_CONTAINERS
+    max_patch_bytes: int = MAX_PATCH_BYTES
 
 
 def shorten_warning(text: str) -> str:

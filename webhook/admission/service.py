@@ -18,7 +18,7 @@ import orjson
 from webhook.admission import chain
 from webhook.admission.context import Settings
 from webhook.admission.metrics import Metrics
-from webhook.admission.response import Decision
+from webhook.admission.response import Decision, errored
 from webhook.admission.review import AdmissionRequest, ReviewError, decode_review, encode_response
 from webhook.cluster.state import ClusterState
 
@@ -82,10 +82,16 @@ class ReviewService:
             else:
                 decision = chain.validate(req, self.state, self.settings, explain)
             try:
-                payload = encode_response(review.apiVersion, req.uid, decision)
+                patch_json = orjson.dumps(decision.patch) if decision.patch else None
             except TypeError:  # orjson: a patch value nested deeper than 255 levels, or a huge integer
                 metrics.request(endpoint, operation, "bad_request")
                 return Answer(400, error_body(400, UNWRITABLE))
+            limit = self.settings.max_patch_bytes
+            if patch_json is not None and len(patch_json) > limit:  # the work cap on what the answer carries
+                decision = errored(400, f"the patch for this pod would be {len(patch_json)} bytes, more than the "
+                                        f"{limit} this webhook sends (its --max-patch-bytes)")
+                patch_json = None
+            payload = encode_response(review.apiVersion, req.uid, decision, patch_json)
             if decision.rule_failed:
                 outcome = "error"
                 metrics.rule_failed(decision.rule)
