@@ -314,7 +314,7 @@ def test_the_dashboard_is_a_loadable_grafana_dashboard() -> None:
     boxes = []
     for panel in _panels(dash):
         g = panel["gridPos"]
-        assert 0 <= g["x"] and g["x"] + g["w"] <= 24 and g["h"] > 0, panel["title"]
+        assert g["x"] >= 0 and g["x"] + g["w"] <= 24 and g["h"] > 0, panel["title"]
         boxes.append((panel["title"], g["x"], g["y"], g["x"] + g["w"], g["y"] + g["h"]))
         if panel["type"] == "row":
             continue
