@@ -202,8 +202,8 @@ class MemoryWatch:
                 if self._memcg is not None and self._capacity:
                     self._near = self._edge.level is not None and \
                         used >= self._edge.level - self._capacity // NEAR_FRACTION
-                if self._edge.feed(used):   # after an early memcg notification, still the threshold's doing
-                    return self._fired("memcg-threshold" if recheck and self._memcg is not None else "sampler")
+                if self._edge.feed(used):  # the sampler's find, or the memcg watch's own meminfo check near the level
+                    return self._fired("sampler" if self._gate is not None else "memcg-threshold")
 
     def _fired(self, source: str) -> str:
         if source != WAKE:
