@@ -156,6 +156,18 @@ SHAPES = [
     ("limits not a map", {"metadata": {}, "spec": {"initContainers": [{"name": "a", "resources": {"limits": "1"}}]}},
      "spec.initContainers[0].resources.limits: Invalid value: must be a map of quantities"),
     ("overhead not a map", {"metadata": {}, "spec": {"overhead": "1"}}, "spec.overhead: Invalid value: must be a map of quantities"),
+    ("requests an empty list", {"metadata": {}, "spec": {"containers": [{"name": "a", "resources": {"requests": []}}]}},
+     "spec.containers[0].resources.requests: Invalid value: must be a map of quantities"),
+    ("label value a map", {"metadata": {"labels": {"app": {"a": "b"}}}, "spec": {}},
+     "metadata.labels[app]: Invalid value: must be a string"),
+    ("annotation value a list", {"metadata": {"annotations": {"a": ["b"]}}, "spec": {}},
+     "metadata.annotations[a]: Invalid value: must be a string"),
+    ("generateName a number", {"metadata": {"generateName": 3}, "spec": {}}, "metadata.generateName: Invalid value: must be a string"),
+    ("priorityClassName a map", {"metadata": {}, "spec": {"priorityClassName": {"a": 1}}},
+     "spec.priorityClassName: Invalid value: must be a string"),
+    ("priority a string", {"metadata": {}, "spec": {"priority": "10"}}, "spec.priority: Invalid value: must be an integer"),
+    ("container name a number", {"metadata": {}, "spec": {"containers": [{"name": 1}]}},
+     "spec.containers[0].name: Invalid value: must be a string"),
 ]
 
 
@@ -163,6 +175,15 @@ SHAPES = [
 def test_malformed_pod_is_a_bad_request(name: str, obj: dict, message: str) -> None:
     d = validate(obj)
     assert (d.allowed, d.code, d.reason, d.rule, d.message) == (False, 400, "BadRequest", "batch-mixing", message)
+
+
+@pytest.mark.parametrize(("name", "obj", "message"), SHAPES, ids=[c[0] for c in SHAPES])
+def test_the_mutating_chain_refuses_the_same_outline(name: str, obj: dict, message: str) -> None:
+    from tests.mutating import make_state, request
+    from webhook.admission import chain
+
+    d = chain.mutate(request(obj), make_state(), chain.Settings())
+    assert (d.allowed, d.code, d.message, d.rule_failed) == (False, 400, message, False)
 
 
 def test_malformed_old_object_on_update() -> None:

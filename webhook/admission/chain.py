@@ -29,7 +29,7 @@ from webhook.admission.rules import (
     quota_presence,
 )
 from webhook.cluster.state import ClusterState
-from webhook.core.resources import pod_shape_error
+from webhook.core.resources import review_shape_error
 
 __all__ = ["MUTATING", "VALIDATING", "Settings", "mutate", "validate"]
 
@@ -134,7 +134,8 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
     active, obj = begun
     # The rules read the pod's outline without checking it (the validating chain refuses a bad one with the
     # same 400); one that is not what the API defines gets that 400 here too, not a rule's crash.
-    shape = pod_shape_error(obj)
+    old = request.oldObject if request.operation == "UPDATE" and isinstance(request.oldObject, dict) else None
+    shape = review_shape_error(obj, old)
     if shape is not None:
         return errored(400, shape)
     # The builder copies on write, so the rules see their own changes while request.object stays as it

@@ -186,16 +186,38 @@ def quantity_errors(spec: dict[str, Any], lists: list[ResourceList] | None = Non
     return errors
 
 
+def _map_error(value: object, where: str, what: str) -> str | None:
+    """Why ``value`` is not a map (absent or null counts as empty; ``[]``, ``""`` or ``0`` do not)."""
+    return None if value is None or isinstance(value, dict) else f"{where}: Invalid value: must be {what}"
+
+
 def pod_shape_error(pod: dict[str, Any]) -> str | None:
-    """Why the pod's outline (metadata, spec, containers, resources) is not what the API defines, or None."""
-    meta, spec = pod.get("metadata", {}), pod.get("spec")
-    if not isinstance(meta, dict):
-        return "metadata: Invalid value: must be an object"
+    """Why the pod's outline (the fields the rules read) is not what the API defines, or None.
+
+    The apiserver could not have decoded such a pod; a webhook can be sent one anyway (``review``, a
+    direct post), and a rule reading it must get a clear 400, not a TypeError.
+    """
+    meta, spec = pod.get("metadata"), pod.get("spec")
+    if (err := _map_error(meta, "metadata", "an object")) is not None:
+        return err
+    meta = meta or {}
+    for key in ("name", "namespace", "generateName"):
+        if not isinstance(meta.get(key, ""), str):
+            return f"metadata.{key}: Invalid value: must be a string"
     for key in ("labels", "annotations"):
-        if not isinstance(meta.get(key) or {}, dict):
-            return f"metadata.{key}: Invalid value: must be a map of strings"
+        if (err := _map_error(meta.get(key), f"metadata.{key}", "a map of strings")) is not None:
+            return err
+        for name, value in (meta.get(key) or {}).items():
+            if not isinstance(value, str):
+                return f"metadata.{key}[{name}]: Invalid value: must be a string"
     if not isinstance(spec, dict):
         return "spec: Required value: a pod needs a spec"
+    for key in ("priorityClassName", "schedulerName", "preemptionPolicy", "nodeName"):
+        if not isinstance(spec.get(key) or "", str):
+            return f"spec.{key}: Invalid value: must be a string"
+    priority = spec.get("priority")
+    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
+        return "spec.priority: Invalid value: must be an integer"
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         if items is None:
@@ -205,12 +227,22 @@ def pod_shape_error(pod: dict[str, Any]) -> str | None:
         for i, c in enumerate(items):
             if not isinstance(c, dict):
                 return f"spec.{key}[{i}]: Invalid value: must be an object"
-            res = c.get("resources") or {}
-            if not isinstance(res, dict):
-                return f"spec.{key}[{i}].resources: Invalid value: must be an object"
+            if not isinstance(c.get("name", ""), str):
+                return f"spec.{key}[{i}].name: Invalid value: must be a string"
+            res = c.get("resources")
+            if (err := _map_error(res, f"spec.{key}[{i}].resources", "an object")) is not None:
+                return err
             for kind in ("requests", "limits"):
-                if not isinstance(res.get(kind) or {}, dict):
-                    return f"spec.{key}[{i}].resources.{kind}: Invalid value: must be a map of quantities"
-    if not isinstance(spec.get("overhead") or {}, dict):
-        return "spec.overhead: Invalid value: must be a map of quantities"
-    return None
+                where = f"spec.{key}[{i}].resources.{kind}"
+                if (err := _map_error((res or {}).get(kind), where, "a map of quantities")) is not None:
+                    return err
+    return _map_error(spec.get("overhead"), "spec.overhead", "a map of quantities")
+
+
+def review_shape_error(pod: dict[str, Any], old_pod: dict[str, Any] | None) -> str | None:
+    """``pod_shape_error`` of a review's object, then of its oldObject (an UPDATE's), prefixed so."""
+    shape = pod_shape_error(pod)
+    if shape is None and old_pod is not None:
+        old = pod_shape_error(old_pod)
+        shape = None if old is None else f"oldObject.{old}"
+    return shape

@@ -12,7 +12,7 @@ from webhook.admission.domain.batch_validation import mixing_error
 from webhook.admission.response import Denial, bad_request, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.fielderrors import aggregate
-from webhook.core.resources import pod_shape_error, quantity_errors
+from webhook.core.resources import quantity_errors, review_shape_error
 
 NAME = "batch-mixing"
 
@@ -22,10 +22,7 @@ def handles(request: AdmissionRequest) -> bool:
 
 
 def validate(ctx: ValidatingContext) -> Denial | None:
-    shape = pod_shape_error(ctx.pod)
-    if shape is None and ctx.request.operation == "UPDATE" and ctx.old_pod is not None:
-        old = pod_shape_error(ctx.old_pod)
-        shape = None if old is None else f"oldObject.{old}"
+    shape = review_shape_error(ctx.pod, ctx.old_pod if ctx.request.operation == "UPDATE" else None)
     if shape is not None:
         return bad_request(shape)
     spec = ctx.pod["spec"]
