@@ -41,7 +41,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.soak import rss_kib  # noqa: E402
 from bench.webhook_load import DEFAULT_REVIEW, free_port, pinned, wait_ready  # noqa: E402
 
 APISERVER_TIMEOUT = 3.0  # the manifests' timeoutSeconds
@@ -54,8 +53,9 @@ def large_review(kind: str) -> bytes:
         containers = [{"name": f"c{i}", "image": "b", "resources": resources} for i in range(23_500)]
     else:
         env = [{"name": f"VARIABLE_{j}", "value": "x" * 24} for j in range(46)]
+        init = len(review["request"]["object"]["spec"].get("initContainers", []))
         containers = [{"name": f"c{i}", "image": "busybox:1.36", "env": env, "resources": resources}
-                      for i in range(1000)]
+                      for i in range(1000 - init)]
     review["request"]["object"]["spec"]["containers"] = containers
     return json.dumps(review).encode()
 
@@ -138,23 +138,84 @@ async def ordinary_reviews(port: int, ctx: ssl.SSLContext, body: bytes, watch: W
     await asyncio.gather(*tasks)
 
 
-async def sample_rss(pid: int, watch: Watch, stop: asyncio.Event) -> None:
+class Memory:
+    """The server's memory as its pod's cgroup would count it: a memory cgroup of its own (cgroup v1, needs
+    root), so the child process it forks for large reviews counts too, shared pages once; else, without
+    root, the RSS of the process and its children added up (an overestimate: shared pages count twice)."""
+
+    def __init__(self) -> None:
+        self.path: Path | None = None
+        own = next((line.split(":", 2)[2] for line in Path("/proc/self/cgroup").read_text().splitlines()
+                    if line.split(":", 2)[1] == "memory"), None)
+        base = Path("/sys/fs/cgroup/memory") / (own or "/").lstrip("/")
+        candidate = base / f"hostile-load-{os.getpid()}"
+        with contextlib.suppress(OSError):
+            candidate.mkdir()
+            self.path = candidate
+
+    def join(self) -> None:
+        """In the server process, before it starts (Popen's preexec_fn)."""
+        if self.path is not None:
+            (self.path / "cgroup.procs").write_text(str(os.getpid()))
+
+    def kib(self, pid: int) -> int:
+        if self.path is not None:
+            return int((self.path / "memory.usage_in_bytes").read_text()) // 1024
+        return sum(rss_kib(p) for p in [pid, *children(pid)])
+
+    def reset_peak(self) -> None:
+        if self.path is not None:
+            (self.path / "memory.max_usage_in_bytes").write_text("0")
+
+    def peak_kib(self) -> int | None:
+        return int((self.path / "memory.max_usage_in_bytes").read_text()) // 1024 if self.path else None
+
+    def remove(self) -> None:
+        if self.path is not None:
+            with contextlib.suppress(OSError):
+                self.path.rmdir()
+
+    def describe(self) -> str:
+        return (f"memory cgroup {self.path.name} (usage_in_bytes: what the pod's limit counts)" if self.path
+                else "RSS of the server and its children, added up (no memory cgroup: not root?)")
+
+
+def rss_kib(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:  # it exited meanwhile
+        pass
+    return 0
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for t in Path(f"/proc/{pid}/task").iterdir() for c in (t / "children").read_text().split()]
+    except OSError:
+        return []
+
+
+async def sample_memory(memory: Memory, pid: int, watch: Watch, stop: asyncio.Event) -> None:
     while not stop.is_set():
-        watch.rss_kib.append((time.monotonic(), rss_kib(pid)))
+        watch.rss_kib.append((time.monotonic(), memory.kib(pid)))
         await asyncio.sleep(0.02)
 
 
-async def burst_run(port: int, ctx: ssl.SSLContext, pid: int, kind: str, burst: int, rounds: int) -> None:
+async def burst_run(port: int, ctx: ssl.SSLContext, pid: int, memory: Memory, kind: str, burst: int,
+                    rounds: int) -> None:
     body = large_review(kind)
     ordinary = DEFAULT_REVIEW.read_bytes()
     for _ in range(20):  # warm up: imports, memos, TLS session set-up
         await exchange(port, ctx, post("/mutate", ordinary))
-    await asyncio.sleep(1)
-    idle = rss_kib(pid)
+    await asyncio.sleep(2)
+    idle = memory.kib(pid)
+    memory.reset_peak()
     watch, stop = Watch(), asyncio.Event()
     background = [asyncio.create_task(probe_healthz(port, ctx, watch, stop)),
                   asyncio.create_task(ordinary_reviews(port, ctx, ordinary, watch, stop)),
-                  asyncio.create_task(sample_rss(pid, watch, stop))]
+                  asyncio.create_task(sample_memory(memory, pid, watch, stop))]
     await asyncio.sleep(1)
     statuses: dict[int, int] = {}
     times: list[float] = []
@@ -175,13 +236,14 @@ async def burst_run(port: int, ctx: ssl.SSLContext, pid: int, kind: str, burst: 
     await asyncio.sleep(5)
     stop.set()
     await asyncio.gather(*background)
-    after = rss_kib(pid)
-    peak = max(r for _, r in watch.rss_kib)
+    after = memory.kib(pid)
+    peak = memory.peak_kib() or max(r for _, r in watch.rss_kib)
     mib = 1024
     print(f"{kind}: {burst} x {len(body) / 1e6:.1f} MB reviews at once, {rounds} rounds")
     print(f"  large reviews: HTTP status {dict(sorted(statuses.items()))}, answer up to {answer_bytes} bytes, "
           f"time p50 {statistics.median(times):.2f} s, max {max(times):.2f} s")
-    print(f"  RSS: idle {idle / mib:.1f} MiB, peak {peak / mib:.1f} MiB, 5 s after {after / mib:.1f} MiB "
+    print(f"  memory: idle {idle / mib:.1f} MiB, peak {peak / mib:.1f} MiB, "
+          f"5 s after {after / mib:.1f} MiB "
           f"({(after - idle) / idle * 100:+.1f} % of idle)")
     print(f"  /healthz (new TLS connection each, every 20 ms): {len(watch.healthz_ms)} ok, {watch.healthz_failed} "
           f"failed; p50 {percentile(watch.healthz_ms, 50):.1f} ms, p99 {percentile(watch.healthz_ms, 99):.1f} ms, "
@@ -230,7 +292,7 @@ async def slow_clients(port: int, ctx: ssl.SSLContext, n: int, cap: float = 30.0
 
 
 @contextlib.contextmanager
-def server(tree: Path, work: Path) -> Iterator[tuple[int, int, Path]]:
+def server(tree: Path, work: Path, memory: Memory | None = None) -> Iterator[tuple[int, int, Path]]:
     sys.path.insert(0, str(ROOT))
     from webhook.tls.certs import ensure_localhost
 
@@ -239,14 +301,20 @@ def server(tree: Path, work: Path) -> Iterator[tuple[int, int, Path]]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
     cmd = [sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
            "--tls-cert-file", str(certs.cert), "--tls-private-key-file", str(certs.key)]
-    usage = subprocess.run([sys.executable, "-m", "webhook.cli.webhook", "serve", "--help"], env=env,
+    usage = subprocess.run([sys.executable, "-m", "webhook.cli.webhook", "serve", "--help"], env=env, cwd=work,
                            capture_output=True, text=True).stdout
     if "--metrics-port" in usage:
         cmd += ["--metrics-port", str(free_port()), "--log-level", "warning"]
-    log = open(work / "serve.log", "w")  # noqa: SIM115  # closed below
-    proc = subprocess.Popen(pinned(cmd, "0"), cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    log = open(os.environ.get("SERVE_LOG", work / "serve.log"), "w")  # noqa: SIM115  # closed below
+    proc = subprocess.Popen(pinned(cmd, "0"), cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=log,
+                            preexec_fn=memory.join if memory is not None else None)
     try:
-        wait_ready(f"https://localhost:{port}", certs.ca_cert)
+        try:
+            wait_ready(f"https://localhost:{port}", certs.ca_cert)
+        except SystemExit:
+            log.flush()
+            print((work / "serve.log").read_text()[-2000:], file=sys.stderr)
+            raise
         yield port, proc.pid, certs.ca_cert
     finally:
         proc.terminate()
@@ -269,9 +337,15 @@ def main() -> int:
         os.sched_setaffinity(0, {1})  # the clients on CPU 1, the server on CPU 0
     print(f"server: {args.tree.resolve()} (pinned to CPU 0); clients pinned to CPU 1")
     for kind in args.kinds.split(","):
-        with tempfile.TemporaryDirectory() as tmp, server(args.tree, Path(tmp)) as (port, pid, ca):
-            ctx = ssl.create_default_context(cafile=str(ca))
-            asyncio.run(burst_run(port, ctx, pid, kind, args.burst, args.rounds))
+        memory = Memory()
+        if kind == args.kinds.split(",")[0]:
+            print(f"memory: {memory.describe()}")
+        try:
+            with tempfile.TemporaryDirectory() as tmp, server(args.tree, Path(tmp), memory) as (port, pid, ca):
+                ctx = ssl.create_default_context(cafile=str(ca))
+                asyncio.run(burst_run(port, ctx, pid, memory, kind, args.burst, args.rounds))
+        finally:
+            memory.remove()
     if args.slow:
         with tempfile.TemporaryDirectory() as tmp, server(args.tree, Path(tmp)) as (port, _, ca):
             ctx = ssl.create_default_context(cafile=str(ca))

@@ -52,7 +52,7 @@ def main() -> int:
         port = free_port()
         server = subprocess.Popen(pinned([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1",
                                           "--port", str(port), "--tls-cert-file", str(certs.cert),
-                                          "--tls-private-key-file", str(certs.key)], "0"),
+                                          "--tls-private-key-file", str(certs.key), "--metrics-port", "0"], "0"),
                                   cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_ready(f"https://localhost:{port}", certs.ca_cert)

@@ -107,7 +107,7 @@ def main() -> int:
         serve_log = stack.enter_context(open(work / "serve.log", "w"))
         ours = subprocess.Popen(pinned([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1",
                                         "--port", str(port_ours), "--tls-cert-file", str(certs.cert),
-                                        "--tls-private-key-file", str(certs.key), *state], "0"),
+                                        "--tls-private-key-file", str(certs.key), "--metrics-port", "0", *state], "0"),
                                 cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=serve_log)
         echo = subprocess.Popen(pinned([sys.executable, "-m", "uvicorn", "bench.echo_app:app", "--host", "127.0.0.1",
                                         "--port", str(port_echo), "--ssl-certfile", str(certs.cert),

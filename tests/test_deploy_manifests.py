@@ -378,6 +378,13 @@ def test_webhook_deployment(objects: list[Obj]) -> None:
         http = c[probe]["httpGet"]
         assert http == {"path": path, "port": port["name"], "scheme": "HTTPS"}, probe
         assert path in gets
+    # /metrics on its own plain-HTTP port, named for scraping, and the scrape annotations say so.
+    metrics = next(p for p in c["ports"] if p["containerPort"] == args.metrics_port)
+    assert args.metrics_port != args.port and metrics["name"] == "metrics"
+    annotations = dep["spec"]["template"]["metadata"].get("annotations", {})
+    if "prometheus.io/port" in annotations:
+        assert (annotations["prometheus.io/port"], annotations["prometheus.io/scheme"]) == (str(args.metrics_port),
+                                                                                            "http")
     startup = c["startupProbe"]
     job = _one(objects, "Job")
     assert startup["periodSeconds"] * startup["failureThreshold"] >= job["spec"]["activeDeadlineSeconds"]

@@ -80,6 +80,7 @@ def test_every_readme_command_works_as_written(clone: Path) -> None:
     blocks = sh_blocks(README.read_text())
     serve_cmd = blocks[0].strip().split(" && ")[-1]
     assert not _port_open(8443), "port 8443 is taken; the README's serve command needs it"
+    assert not _port_open(8080), "port 8080 is taken; the README's serve command serves /metrics there"
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     server = subprocess.Popen(["bash", "-c", f"exec {serve_cmd}"], cwd=clone, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
@@ -99,6 +100,7 @@ def test_every_readme_command_works_as_written(clone: Path) -> None:
         text = "\n".join(outputs)
         assert text.startswith("okok"), "healthz then readyz answer ok"
         assert '"patchType":"JSONPatch"' in text, "the recorded review gets a patch from /mutate"
+        assert 'controller_runtime_webhook_requests_total{code="200",webhook="/mutate"} 1.0' in text
         assert "kubernetes.io/batch-cpu" in text, "review converts the example pod's cpu to batch-cpu"
     finally:
         server.send_signal(signal.SIGTERM)

@@ -10,10 +10,11 @@ catch on this path.
 The dispatcher also bounds what reviews may cost the process (``EdgePolicy``): past ``max_in_flight`` reviews at
 once, or ``max_large_in_flight`` large ones (a body over ``large_body_bytes``), it answers 429 with
 ``Retry-After`` (Kubernetes' REST client, which the apiserver calls webhooks with, waits and retries on that).
-A large review is answered in a worker thread, one at a time, so the event loop keeps answering /healthz and the
-small reviews meanwhile; small ones stay inline, where a thread hand-off would cost more than the review. After
-the last large review of a burst, glibc is asked to give the freed heap back to the system (``malloc_trim``):
-otherwise the process keeps its peak size.
+Large reviews are answered one at a time by a child process forked when a burst of them begins and ended with
+it (``webhook.admission.offload`` says why a thread is not enough), through one worker thread that waits on it,
+so the event loop keeps answering /healthz and the small reviews meanwhile; small ones stay inline, where any
+hand-off would cost more than the review. After the burst, glibc is asked to give back the heap that held the
+bodies (``malloc_trim``): otherwise the process keeps its peak size.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.admission.offload import ForkedWorker
 from webhook.admission.review import MAX_BODY_BYTES
-from webhook.admission.service import Answer, Endpoint, ReviewService, error_body
+from webhook.admission.service import Answer, Endpoint, Evaluation, ReviewService, error_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -49,8 +51,7 @@ class EdgePolicy:
 
     max_in_flight: int = 32          # reviews being read or answered at once; one more is answered 429
     max_large_in_flight: int = 8     # of them, large ones; each holds its body (up to 3 MiB) while it waits
-    large_body_bytes: int = 64 * 1024  # above this a review is answered in the worker thread
-    require_client_cert: bool = False  # --client-ca-file: reviews only from a client that gave a certificate
+    large_body_bytes: int = 64 * 1024  # above this a review is answered by the burst's child process
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,11 +103,12 @@ async def review_answer(service: ReviewService, endpoint: Endpoint, scope: Scope
     return service.answer(endpoint, body)
 
 
-def client_certificate(scope: Scope) -> bool:
-    """Whether the connection gave a client certificate (verified against the client CA by the handshake):
-    the ASGI TLS extension's ``client_cert_chain``, which ``webhook.admission.serving`` fills in."""
+def client_certificate_error(scope: Scope) -> str | None:
+    """Why the connection's client certificate does not do, when the server asks for one (``--client-ca-file``;
+    a certificate that does not verify fails the handshake, so what is left is one not given): the ASGI TLS
+    extension's ``client_cert_error``, which ``webhook.admission.serving`` fills in."""
     tls = scope.get("extensions", {}).get("tls")
-    return bool(tls and tls.get("client_cert_chain"))
+    return tls.get("client_cert_error") if tls else None
 
 
 def _malloc_trim() -> Callable[[int], object] | None:
@@ -128,6 +130,7 @@ class ReviewDispatcher:
         self.in_flight = 0
         self.large_in_flight = 0
         self._worker: ThreadPoolExecutor | None = None
+        self._forked: ForkedWorker | None = None
         self._trim = _malloc_trim()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -141,60 +144,93 @@ class ReviewDispatcher:
         in_flight = metrics.in_flight(path)
         in_flight.inc()
         try:
-            answer = await self._answer(endpoint, scope, receive)
-            if answer is None:
-                return
-            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer.body)).encode())]
-            if answer.status == 429:
-                headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
-            await send({"type": "http.response.start", "status": answer.status, "headers": headers})
-            await send({"type": "http.response.body", "body": answer.body})
-            metrics.http_answered(path, answer.status, time.perf_counter() - start)
+            status = await self._serve(endpoint, scope, receive, send)
+            if status is not None:
+                metrics.http_answered(path, status, time.perf_counter() - start)
         finally:
             in_flight.dec()
 
-    async def _answer(self, endpoint: Endpoint, scope: Scope, receive: Receive) -> Answer | None:
+    async def _serve(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> int | None:
+        """Answer one review within the policy; the status sent, or None when the client went away."""
         policy = self.policy
-        if policy.require_client_cert and not client_certificate(scope):
-            return Answer(403, error_body(403, "reviews need a client certificate signed by the webhook's "
-                                               "--client-ca-file; this connection gave none"))
+        refused = client_certificate_error(scope)
+        if refused is not None:
+            return await _send(send, Answer(403, error_body(403, f"reviews need a client certificate signed by "
+                                                                 f"the webhook's --client-ca-file: {refused}")))
         if self.in_flight >= policy.max_in_flight:
-            return _busy(f"{self.in_flight} reviews are in flight, the limit (--max-in-flight)")
+            return await _send(send, _busy(f"{self.in_flight} reviews are in flight, the limit (--max-in-flight)"))
         length = _content_length(scope["headers"])
         large = length is not None and length > policy.large_body_bytes
         if large and self.large_in_flight >= policy.max_large_in_flight:
-            return _busy(f"{self.large_in_flight} large reviews are in flight, the limit (--max-large-in-flight)")
+            return await _send(send, _busy(f"{self.large_in_flight} large reviews are in flight, the limit "
+                                           "(--max-large-in-flight)"))
         self.in_flight += 1
         self.large_in_flight += large
         try:
             body = await read_body(scope["headers"], receive)
-            if body is None or isinstance(body, Answer):
-                return body
+            if body is None:
+                return None
+            if isinstance(body, Answer):
+                return await _send(send, body)
             if not large and len(body) > policy.large_body_bytes:  # no Content-Length: known only now
                 if self.large_in_flight >= policy.max_large_in_flight:
-                    return _busy(f"{self.large_in_flight} large reviews are in flight, the limit "
-                                 "(--max-large-in-flight)")
+                    return await _send(send, _busy(f"{self.large_in_flight} large reviews are in flight, the "
+                                                   "limit (--max-large-in-flight)"))
                 large = True
                 self.large_in_flight += 1
             if not large:
-                return self.service.answer(endpoint, body)
-            return await self._answer_in_worker(endpoint, body)
-        finally:
+                return await _send(send, self.service.answer(endpoint, body))
+            return await _send(send, await self._answer_in_worker(endpoint, body))
+        finally:  # after the answer went out: its buffers are free too
             self.in_flight -= 1
             if large:
                 self.large_in_flight -= 1
-                if self.large_in_flight == 0 and self._trim is not None:
-                    # The burst is over: give the heap it grew back (in the worker: it takes a few ms).
-                    asyncio.get_running_loop().run_in_executor(self._executor(), self._trim, 0)
+                if self.large_in_flight == 0:  # the burst is over: give back the memory it took
+                    asyncio.get_running_loop().run_in_executor(self._executor(), self._end_burst)
 
     async def _answer_in_worker(self, endpoint: Endpoint, body: bytes) -> Answer:
-        return await asyncio.get_running_loop().run_in_executor(self._executor(), self.service.answer, endpoint, body)
+        loop = asyncio.get_running_loop()
+        evaluation = await loop.run_in_executor(self._executor(), self._evaluate_large, endpoint, body)
+        return self.service.record(evaluation)
+
+    def _evaluate_large(self, endpoint: Endpoint, body: bytes) -> Evaluation:
+        """In the worker thread: the review answered by the burst's child process, forked on its first one (or
+        again after one failed). When no process can be forked (a pids limit), here, in this thread."""
+        if self._forked is not None and not self._forked.alive:
+            self._forked.close()
+            self._forked = None
+        if self._forked is None:
+            try:
+                self._forked = ForkedWorker(self.service)
+            except OSError as exc:
+                log.warning("cannot fork a process for large reviews (%s); answering this one in the server", exc)
+                return self.service.evaluate(endpoint, body)
+        return self._forked.evaluate(endpoint, body)
+
+    def _end_burst(self) -> None:
+        """In the worker thread, after the last large review of a burst: the child exits with all it allocated,
+        and glibc hands back the heap this process grew holding the bodies."""
+        if self._forked is not None:
+            self._forked.close()
+            self._forked = None
+        if self._trim is not None:
+            self._trim(0)
 
     def _executor(self) -> ThreadPoolExecutor:
-        # One worker: the pod has one CPU, so a second would only hold a second review's memory at the same time.
+        # One thread, one child: the pod has one CPU, so a second would only hold a second review's memory at
+        # the same time.
         if self._worker is None:
             self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-review")
         return self._worker
+
+
+async def _send(send: Send, answer: Answer) -> int:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer.body)).encode())]
+    if answer.status == 429:
+        headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
+    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    await send({"type": "http.response.body", "body": answer.body})
+    return answer.status
 
 
 def _busy(why: str) -> Answer:

@@ -59,6 +59,18 @@ def _log_denial(endpoint: Endpoint, req: AdmissionRequest, decision: Decision) -
                     "code": decision.code})
 
 
+@dataclass(slots=True, frozen=True)
+class Evaluation:
+    """An answer and what the metrics count of it: ``evaluate`` makes one, ``record`` counts it. Apart, so that
+    a review answered in another process (``webhook.admission.offload``) is counted in this one."""
+
+    answer: Answer
+    endpoint: Endpoint
+    operation: str
+    outcome: str      # allowed, patched, denied, bad_request, error
+    seconds: float
+
+
 class ReviewService:
     def __init__(self, state: ClusterState, settings: Settings | None = None, metrics: Metrics | None = None) -> None:
         self.state = state
@@ -66,15 +78,36 @@ class ReviewService:
         self.metrics = metrics if metrics is not None else Metrics(state)
 
     def answer(self, endpoint: Endpoint, body: bytes, explain: list[str] | None = None) -> Answer:
+        return self.record(self.evaluate(endpoint, body, explain))
+
+    def record(self, evaluation: Evaluation) -> Answer:
+        """Count an evaluation in the metrics; its answer."""
+        metrics, decision = self.metrics, evaluation.answer.decision
+        metrics.request(evaluation.endpoint, evaluation.operation, evaluation.outcome)
+        metrics.observe(evaluation.endpoint, evaluation.seconds)
+        if decision is not None:
+            if decision.rule_failed:
+                metrics.rule_failed(decision.rule)
+            elif evaluation.outcome == "denied":
+                metrics.denied(decision.rule)
+            elif evaluation.outcome == "patched":
+                for rule, ops in decision.patch_rules.items():
+                    metrics.patched(rule, ops)
+        return evaluation.answer
+
+    def evaluate(self, endpoint: Endpoint, body: bytes, explain: list[str] | None = None) -> Evaluation:
+        """The answer to one review body, with what the metrics count; never raises."""
         start = time.perf_counter()
-        metrics = self.metrics
         operation = "unknown"
+
+        def done(answer: Answer, outcome: str) -> Evaluation:
+            return Evaluation(answer, endpoint, operation, outcome, time.perf_counter() - start)
+
         try:
             try:
                 review = decode_review(body)
             except ReviewError as exc:
-                metrics.request(endpoint, operation, "bad_request")
-                return Answer(exc.status, error_body(exc.status, exc.message))
+                return done(Answer(exc.status, error_body(exc.status, exc.message)), "bad_request")
             req = review.request
             operation = req.operation
             if endpoint == "mutate":
@@ -84,8 +117,7 @@ class ReviewService:
             try:
                 patch_json = orjson.dumps(decision.patch) if decision.patch else None
             except TypeError:  # orjson: a patch value nested deeper than 255 levels, or a huge integer
-                metrics.request(endpoint, operation, "bad_request")
-                return Answer(400, error_body(400, UNWRITABLE))
+                return done(Answer(400, error_body(400, UNWRITABLE)), "bad_request")
             limit = self.settings.max_patch_bytes
             if patch_json is not None and len(patch_json) > limit:  # the work cap on what the answer carries
                 decision = errored(400, f"the patch for this pod would be {len(patch_json)} bytes, more than the "
@@ -94,24 +126,13 @@ class ReviewService:
             payload = encode_response(review.apiVersion, req.uid, decision, patch_json)
             if decision.rule_failed:
                 outcome = "error"
-                metrics.rule_failed(decision.rule)
             elif not decision.allowed:
-                # A denial without a rule is the chain's own 400: an object that is no object.
+                # A denial without a rule is the chain's own 400: an object that is no object, or too big.
                 outcome = "denied" if decision.rule else "bad_request"
-                if decision.rule:
-                    metrics.denied(decision.rule)
                 _log_denial(endpoint, req, decision)
-            elif decision.patch:
-                outcome = "patched"
-                for rule, ops in decision.patch_rules.items():
-                    metrics.patched(rule, ops)
             else:
-                outcome = "allowed"
-            metrics.request(endpoint, operation, outcome)
-            return Answer(200, payload, decision, review.apiVersion, req.uid)
+                outcome = "patched" if decision.patch else "allowed"
+            return done(Answer(200, payload, decision, review.apiVersion, req.uid), outcome)
         except Exception:  # never a traceback in a response
             log.exception("unexpected error answering %s", endpoint)
-            metrics.request(endpoint, operation, "error")
-            return Answer(500, error_body(500, "internal error; see the webhook's log"))
-        finally:
-            metrics.observe(endpoint, time.perf_counter() - start)
+            return done(Answer(500, error_body(500, "internal error; see the webhook's log")), "error")

@@ -87,8 +87,7 @@ def serve(args: argparse.Namespace) -> int:
         cert, key = paths.cert, paths.key
         log.info("%s a self-signed certificate for localhost: CA %s, certificate %s, key %s",
                  "created" if created else "reusing", paths.ca_cert.resolve(), cert.resolve(), key.resolve())
-    policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight,
-                        require_client_cert=args.client_ca_file is not None)
+    policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight)
     webhook = create_server(state, settings, policy=policy, openapi=args.openapi)
     options = ServeOptions(host=args.host, port=args.port, metrics_port=args.metrics_port,
                            read_header_timeout=args.read_header_timeout, read_timeout=args.read_timeout)

@@ -106,9 +106,10 @@ _KEY_FORMAT = (_PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncrypti
 
 
 def issue(names: list[str], days: int = 365, common_name: str | None = None,
-          ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None) -> Issued:
+          ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None, client: bool = False) -> Issued:
     """A serving certificate for ``names`` (DNS names or IPs), in memory, signed by ``ca`` (key,
-    certificate) or by a new CA of the same lifetime."""
+    certificate) or by a new CA of the same lifetime; ``client``: a client certificate instead (the apiserver's,
+    for ``serve --client-ca-file``)."""
     now = _now()
     new_ca = ca is None
     ca_key, ca_cert = _new_ca(days) if ca is None else ca
@@ -125,7 +126,8 @@ def issue(names: list[str], days: int = 365, common_name: str | None = None,
         .not_valid_after(not_after)
         .add_extension(_san(names), critical=False)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH if client
+                                              else ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
