@@ -63,7 +63,9 @@ def test_each_policy_selects_one_program_and_admits_only_its_peers(install: list
     # only, the metrics port from the monitoring namespace only; the agent: its metrics port only.
     webhook = policies["colocation-webhook"]["spec"]["ingress"]
     (svc,) = [o for o in install if o["kind"] == "Service"]
-    (admission_port,) = {p["targetPort"] for p in svc["spec"]["ports"]}
+    called = {w["clientConfig"]["service"].get("port", 443) for o in install
+              if o["kind"] in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration") for w in o["webhooks"]}
+    (admission_port,) = {p["targetPort"] for p in svc["spec"]["ports"] if p["port"] in called}
     assert [[p["port"] for p in r["ports"]] for r in webhook] == [[admission_port], ["metrics"]]
     assert webhook[0]["from"] == [{"ipBlock": {"cidr": PLACEHOLDER}}]
     monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
