@@ -238,7 +238,6 @@ class Agent:
             return []
         files = self._files(sample.layout)
         now = sample.time
-        files.forget(now)
         be_pods = [p for p in pods if self._classes((p.get("metadata") or {}).get("uid") or "", p)[0]]
         under, elsewhere = files.pod_folders(be_pods, sample.pod_folders, now)
         roots: list[Folder] = list(elsewhere)
