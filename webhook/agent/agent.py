@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.agent.actions import EvictOutcome, KubeActions
 from webhook.agent.cgroups import CgroupFiles
-from webhook.agent.collectors import CollectError, Collector, Layout, Sample
+from webhook.agent.collectors import CollectError, Collector, Layout, Sample, used_memory
 from webhook.agent.domain import batch_allocatable as batchcalc
 from webhook.agent.domain import cpu_suppress as suppress
 from webhook.agent.domain.cgroup_limits import (
@@ -55,6 +55,7 @@ from webhook.core.quantity import QuantityError, int_value, milli_value, parse_q
 from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
 
 log = logging.getLogger("colocation-agent")
+T = TypeVar("T")
 
 PRESSURE_CONDITION = "BEMemoryPressure"
 PRESSURE_REASON, NO_PRESSURE_REASON = "BEMemoryThresholdMet", "BEMemoryThresholdNotMet"
@@ -75,6 +76,10 @@ def _quantity(raw: Any) -> Any:
         return parse_quantity(raw) if raw is not None else None
     except QuantityError:
         return None
+
+
+def _uid(pod: dict[str, Any]) -> str:
+    return (pod.get("metadata") or {}).get("uid") or ""
 
 
 def _wall() -> str:
@@ -138,19 +143,12 @@ class Agent:
     # -- the cycle --------------------------------------------------------------------------------
     def cycle(self, now: float | None = None) -> dict[str, Any]:
         started = time.perf_counter()
+        at = now
         now = self.clock() if now is None else now
         node, pods, cm = self._cluster()
         self._config(cm)
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         colocation, watermark = self.config.config.for_node(labels)
-        try:
-            sample: Sample | None = self.collector.collect(now)
-            self._last_collect_error = None
-        except CollectError as exc:
-            sample = None
-            if str(exc) != self._last_collect_error:
-                log.error("cannot measure the node, no eviction this cycle: %s", exc)
-                self._last_collect_error = str(exc)
         status = (node or {}).get("status") or {}
         out: dict[str, Any] = {"node": self.node_name, "memory": None, "releaseTargetBytes": 0, "evictions": [],
                                "batch": {name: 0 for name in BATCH_RESOURCES}, "conditions": [],
@@ -158,9 +156,19 @@ class Agent:
         self.first_evict_at = None
         if self.actions is not None:
             self.actions.begin_cycle()
+        # The eviction decision needs node memory and, only when a threshold acts, the BE pods' memory: both are
+        # measured (and the Eviction requests made) before the rest of the node, which a notified cycle would
+        # otherwise measure on its way to the request.
         pressure = False
+        sample: Sample | None = None
+        memory = self._measured(self.collector.node_memory, "no eviction this cycle")
+        if memory is not None:
+            pressure = self._memory(now, memory, pods, status, watermark, out)
+            # The CPU counters are stamped when they are read: after the requests, which may have taken a while.
+            sample = self._measured(lambda: self.collector.collect(self.clock() if at is None else now),
+                                    "no cgroup writes and no new usage figures this cycle")
         if sample is not None:
-            pressure = self._memory(now, sample, pods, status, watermark, out)
+            self._last_collect_error = None
             out["cgroupWrites"] = self._enforce(sample, node, pods, self.config.config.cpu_suppress_for_node(labels))
         out["batch"] = self._batch(now, sample, node, pods, status, colocation)
         out["conditions"] = [self._condition(node, pressure)]
@@ -170,11 +178,21 @@ class Agent:
         self.metrics.cycle.observe(time.perf_counter() - started)
         return out
 
-    def _memory(self, now: float, sample: Sample, pods: list[dict[str, Any]], status: dict[str, Any],
+    def _measured(self, measure: Callable[[], T], consequence: str) -> T | None:
+        try:
+            return measure()
+        except CollectError as exc:
+            if str(exc) != self._last_collect_error:
+                log.error("cannot measure the node, %s: %s", consequence, exc)
+                self._last_collect_error = str(exc)
+            return None
+
+    def _memory(self, now: float, memory: tuple[int, int], pods: list[dict[str, Any]], status: dict[str, Any],
                 watermark: Any, out: dict[str, Any]) -> bool:
+        total, available = memory
         cap_q = _quantity((status.get("capacity") or {}).get(MEMORY))
-        capacity = int_value(cap_q) if cap_q is not None and cap_q > 0 else sample.mem_total
-        used = sample.mem_used
+        capacity = int_value(cap_q) if cap_q is not None and cap_q > 0 else total
+        used = used_memory(total, available)
         obs = {MEMORY_AVAILABLE: Observation(capacity - used, capacity)}
         out["memory"] = {"capacityBytes": capacity, "usedBytes": used,
                          "usagePercent": round(used * 100 / capacity, 2) if capacity else 0.0}
@@ -187,8 +205,9 @@ class Agent:
         result = evaluate(thresholds, obs, self.engine, now, self.options.transition_period)
         self.engine = result.state
         tasks = []
-        if result.acting:  # candidates are only worth ranking when a threshold acts
-            usage = {uid: p.memory for uid, p in sample.pods.items()}
+        if result.acting:  # candidates are only worth measuring and ranking when a threshold acts
+            usage = self.collector.pod_memory(now, [u for u, p in zip(map(_uid, pods), pods, strict=True)
+                                                    if self._classes(u, p)[0]])
             tasks = build_tasks(result.acting, obs, candidates(pods, usage, lambda u, p: self._requests(u, p)[1]),
                                 self.node_name)
         out["releaseTargetBytes"] = max((t.need for t in tasks), default=0)

@@ -42,7 +42,12 @@ class Sample:
 
     @property
     def mem_used(self) -> int:
-        return max(self.mem_total - self.mem_available, 0)
+        return used_memory(self.mem_total, self.mem_available)
+
+
+def used_memory(total: int, available: int) -> int:
+    """Node memory in use, the measure of every memory threshold: MemTotal − MemAvailable, never below 0."""
+    return max(total - available, 0)
 
 
 # -- /proc ------------------------------------------------------------------------------------------
