@@ -192,9 +192,9 @@ class CgroupFiles:
                 (under if rel.startswith(be_prefix) else elsewhere).append(known.folder)
         if len(seen) > len(current):               # pods that left the node, or are no longer BE
             self._seen = {u: v for u, v in seen.items() if u in current}
-        if (under, elsewhere) != self._last:      # identity first: a steady node compares in C, not field by field
+        if (under, elsewhere) != self._last:      # identity first: only folders read again compare field by field
             self.changed = True
-            self._last = (under, elsewhere)
+        self._last = (under, elsewhere)
         return under, elsewhere
 
     def _pod_folder(self, pod: dict[str, Any], limits: PodLimits, rel: str) -> Folder | None:
