@@ -78,8 +78,26 @@ def _quantity(raw: Any) -> Any:
         return None
 
 
-def _uid(pod: dict[str, Any]) -> str:
-    return (pod.get("metadata") or {}).get("uid") or ""
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What a cycle needs of one pod object, worked out once per object (sources replace whole objects)."""
+
+    obj: dict[str, Any]
+    uid: str
+    be: bool                  # Koordinator BE: may be evicted, gets batch limits
+    besteffort: bool          # in the besteffort cgroup: BE, or the kubelet's BestEffort
+    finished: bool            # Succeeded or Failed
+    cpu_request_milli: int
+    memory_request: int
+
+
+def pod_view(pod: dict[str, Any]) -> PodView:
+    be = is_be(pod)
+    req = pod_requests(pod)
+    return PodView(pod, (pod.get("metadata") or {}).get("uid") or "", be,
+                   be or kube_qos_class(pod) == "BestEffort",
+                   (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+                   milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0)
 
 
 def _wall() -> str:
@@ -106,8 +124,7 @@ class Agent:
         self.last_batch_update: float | None = None
         self.last_condition: str | None = None
         self._last_collect_error: str | None = None
-        self._request_cache: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {}
-        self._class_cache: dict[str, tuple[dict[str, Any], bool, bool]] = {}
+        self._views: dict[int, PodView] = {}    # id(pod object) -> its view; the view holds the object
         self._cgroups: CgroupFiles | None = None
         self._planned = True                     # the last plan had writes (or there was none yet)
         self._suppress_recovered = False        # koordlet recovers the besteffort quota once when not suppressing
@@ -146,6 +163,7 @@ class Agent:
         at = now
         now = self.clock() if now is None else now
         node, pods, cm = self._cluster()
+        views = self._pod_views(pods)
         self._config(cm)
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         colocation, watermark = self.config.config.for_node(labels)
@@ -163,20 +181,28 @@ class Agent:
         sample: Sample | None = None
         memory = self._measured(self.collector.node_memory, "no eviction this cycle")
         if memory is not None:
-            pressure = self._memory(now, memory, pods, status, watermark, out)
+            pressure = self._memory(now, memory, pods, views, status, watermark, out)
             # The CPU counters are stamped when they are read: after the requests, which may have taken a while.
             sample = self._measured(lambda: self.collector.collect(self.clock() if at is None else now),
                                     "no cgroup writes and no new usage figures this cycle")
         if sample is not None:
             self._last_collect_error = None
-            out["cgroupWrites"] = self._enforce(sample, node, pods, self.config.config.cpu_suppress_for_node(labels))
-        out["batch"] = self._batch(now, sample, node, pods, status, colocation)
+            out["cgroupWrites"] = self._enforce(sample, node, views, self.config.config.cpu_suppress_for_node(labels))
+        out["batch"] = self._batch(now, sample, node, views, status, colocation)
         out["conditions"] = [self._condition(node, pressure)]
-        if len(self._class_cache) > 2 * len(pods) + 16:  # forget pods that left the node
-            current = {(p.get("metadata") or {}).get("uid") for p in pods}
-            self._class_cache = {u: v for u, v in self._class_cache.items() if u in current}
         self.metrics.cycle.observe(time.perf_counter() - started)
         return out
+
+    def _pod_views(self, pods: list[dict[str, Any]]) -> list[PodView]:
+        """Each pod's view, reused while the object is the same; only this cycle's pods are remembered."""
+        known, views = self._views, {}
+        for pod in pods:
+            view = known.get(id(pod))
+            if view is None or view.obj is not pod:
+                view = pod_view(pod)
+            views[id(pod)] = view
+        self._views = views
+        return list(views.values())
 
     def _measured(self, measure: Callable[[], T], consequence: str) -> T | None:
         try:
@@ -187,8 +213,8 @@ class Agent:
                 self._last_collect_error = str(exc)
             return None
 
-    def _memory(self, now: float, memory: tuple[int, int], pods: list[dict[str, Any]], status: dict[str, Any],
-                watermark: Any, out: dict[str, Any]) -> bool:
+    def _memory(self, now: float, memory: tuple[int, int], pods: list[dict[str, Any]], views: list[PodView],
+                status: dict[str, Any], watermark: Any, out: dict[str, Any]) -> bool:
         total, available = memory
         cap_q = _quantity((status.get("capacity") or {}).get(MEMORY))
         capacity = int_value(cap_q) if cap_q is not None and cap_q > 0 else total
@@ -206,9 +232,9 @@ class Agent:
         self.engine = result.state
         tasks = []
         if result.acting:  # candidates are only worth measuring and ranking when a threshold acts
-            usage = self.collector.pod_memory(now, [u for u, p in zip(map(_uid, pods), pods, strict=True)
-                                                    if self._classes(u, p)[0]])
-            tasks = build_tasks(result.acting, obs, candidates(pods, usage, lambda u, p: self._requests(u, p)[1]),
+            usage = self.collector.pod_memory(now, [v.uid for v in views if v.be])
+            requests = {id(v.obj): v.memory_request for v in views}
+            tasks = build_tasks(result.acting, obs, candidates(pods, usage, lambda _, p: requests[id(p)]),
                                 self.node_name)
         out["releaseTargetBytes"] = max((t.need for t in tasks), default=0)
         if tasks and not self.memory.in_cooldown(now):
@@ -250,21 +276,20 @@ class Agent:
             self._cgroups = CgroupFiles(layout, self.metrics)
         return self._cgroups
 
-    def _enforce(self, sample: Sample, node: dict[str, Any] | None, pods: list[dict[str, Any]],
+    def _enforce(self, sample: Sample, node: dict[str, Any] | None, views: list[PodView],
                  cfg: CPUSuppress) -> list[dict[str, str]]:
         """Plan (and in ``run``, make) this cycle's cgroup writes; returns them as ``once`` prints them."""
         if sample.layout is None:
             return []
         files = self._files(sample.layout)
         now = sample.time
-        be_pods = [p for p in pods if self._classes((p.get("metadata") or {}).get("uid") or "", p)[0]]
-        under, elsewhere = files.pod_folders(be_pods, sample.pod_folders, now)
+        under, elsewhere = files.pod_folders([v.obj for v in views if v.be], sample.pod_folders, now)
         roots: list[Folder] = list(elsewhere)
         be = files.besteffort(now)
         target = None
         if be is not None:
             path, current = be
-            target = self._suppress_target(sample, node, pods, cfg, current)
+            target = self._suppress_target(sample, node, views, cfg, current)
             roots.insert(0, Folder(path, None, current, quota=target, children=tuple(under)))
         else:
             roots[:0] = under
@@ -296,7 +321,7 @@ class Agent:
             cores = -1.0 if in_force == UNLIMITED else in_force / (current.period or DEFAULT_CFS_PERIOD)
             self.metrics.suppress_cores.labels(*labels).set(cores)
 
-    def _suppress_target(self, sample: Sample, node: dict[str, Any] | None, pods: list[dict[str, Any]],
+    def _suppress_target(self, sample: Sample, node: dict[str, Any] | None, views: list[PodView],
                          cfg: CPUSuppress, current: Current) -> int | None:
         """The besteffort folder's quota to write this cycle (µs, or UNLIMITED to recover), None to leave it."""
         if current.quota is None:
@@ -316,8 +341,7 @@ class Agent:
         status = (node or {}).get("status") or {}
         cap_q = _quantity((status.get("capacity") or {}).get(CPU))
         capacity = milli_value(cap_q) if cap_q is not None and cap_q > 0 else sample.num_cpus * 1000
-        uids = [((p.get("metadata") or {}).get("uid") or "", p) for p in pods]
-        be_uids = {uid for uid, p in uids if self._classes(uid, p)[1]}
+        be_uids = {v.uid for v in views if v.besteffort}
         used = [(uid in be_uids, p.cpu_milli) for uid, p in sample.pods.items() if p.cpu_milli is not None]
         result = suppress.suppress_milli(capacity, cfg.cpuSuppressThresholdPercent, cfg.cpuSuppressMinPercent,
                                          sample.node_cpu_milli, used, suppress.node_reserved_milli(node))
@@ -327,7 +351,7 @@ class Agent:
         return suppress.next_be_quota(suppress.be_quota(result.milli, period), current.quota,
                                       suppress.capacity_cores(capacity), period)
 
-    def _batch(self, now: float, sample: Sample | None, node: dict[str, Any] | None, pods: list[dict[str, Any]],
+    def _batch(self, now: float, sample: Sample | None, node: dict[str, Any] | None, views: list[PodView],
                status: dict[str, Any], colo: Any) -> dict[str, int]:
         self.window.seconds = colo.metricAggregateDurationSeconds
         if sample is not None:
@@ -345,14 +369,14 @@ class Agent:
             log.warning("usage data older than %d minutes: withdrawing batch resources", colo.degradeTimeMinutes)
             result = zero
         else:
-            wanted = self._compute_batch(sample, status, pods, colo).resources()
+            wanted = self._compute_batch(sample, status, views, colo).resources()
             result = wanted
         for name, value in result.items():
             self.metrics.allocatable.labels(node=self.node_name, resource=name, unit=UNITS[name]).set(value)
         self._publish(now, node, status, wanted, colo)
         return result
 
-    def _compute_batch(self, sample: Sample | None, status: dict[str, Any], pods: list[dict[str, Any]],
+    def _compute_batch(self, sample: Sample | None, status: dict[str, Any], views: list[PodView],
                        colo: Any) -> batchcalc.BatchResult:
         alloc = status.get("allocatable") or {}
         cpu_q, mem_q = _quantity(alloc.get(CPU)), _quantity(alloc.get(MEMORY))
@@ -360,42 +384,15 @@ class Agent:
         alloc_cpu = milli_value(cpu_q) if cpu_q is not None else (sample.num_cpus * 1000 if sample else 0)
         alloc_mem = int_value(mem_q) if mem_q is not None else (sample.mem_total if sample else 0)
         node_cpu, node_mem = self.window.average("")
-        loads = []
-        for pod in pods:
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            uid = (pod.get("metadata") or {}).get("uid") or ""
-            cpu, mem = self.window.average(uid)
-            loads.append(batchcalc.PodLoad(self._classes(uid, pod)[0], cpu, mem, *self._requests(uid, pod)))
-        if len(self._request_cache) > 2 * len(pods) + 16:  # forget pods that left the node
-            current = {(p.get("metadata") or {}).get("uid") for p in pods}
-            self._request_cache = {u: v for u, v in self._request_cache.items() if u in current}
+        average = self.window.average
+        loads = [batchcalc.PodLoad(v.be, *average(v.uid), v.cpu_request_milli, v.memory_request)
+                 for v in views if not v.finished]
         result = batchcalc.batch_allocatable(alloc_cpu, alloc_mem, node_cpu or 0.0, node_mem or 0.0, loads,
                                              colo.cpuReclaimThresholdPercent, colo.memoryReclaimThresholdPercent,
                                              colo.memoryCalculatePolicy)
         for line in result.explain:
             log.debug("%s", line)
         return result
-
-    def _classes(self, uid: str, pod: dict[str, Any]) -> tuple[bool, bool]:
-        """(Koordinator BE, in the besteffort cgroup: BE or kubelet BestEffort), memoised per pod object."""
-        hit = self._class_cache.get(uid)
-        if hit is not None and hit[0] is pod:
-            return hit[1], hit[2]
-        be = is_be(pod)
-        besteffort = be or kube_qos_class(pod) == "BestEffort"
-        self._class_cache[uid] = (pod, be, besteffort)
-        return be, besteffort
-
-    def _requests(self, uid: str, pod: dict[str, Any]) -> tuple[int, int]:
-        """(cpu milli, memory bytes) requests, memoised per pod object (sources replace whole dicts)."""
-        hit = self._request_cache.get(uid)
-        if hit is not None and hit[0] is pod:
-            return hit[1]
-        req = pod_requests(pod)
-        value = (milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0)
-        self._request_cache[uid] = (pod, value)
-        return value
 
     def _publish(self, now: float, node: dict[str, Any] | None, status: dict[str, Any],
                  wanted: dict[str, int] | None, colo: Any) -> None:
