@@ -116,8 +116,10 @@ class CgroupFiles:
     def _abs(self, rel: str) -> str:
         return os.path.join(self.layout.root, rel) if self.layout.root else rel
 
-    def _expiry(self, now: float) -> float:
-        return now + self.verify_seconds * self._jitter.uniform(0.5, 1.0)
+    def _expiry(self, now: float, due: bool) -> float:
+        """Until when what was just read is trusted: a full period after a read that was due; a random part of
+        one after any other, so folders first seen together (an agent start) are read again spread over cycles."""
+        return now + self.verify_seconds * (1.0 if due else self._jitter.uniform(0.5, 1.0))
 
     # -- reading ------------------------------------------------------------------------------------
     def _current(self, cpu: str | None, memory: str | None, want: Limits, quota: bool) -> Current:
@@ -152,7 +154,8 @@ class CgroupFiles:
             current = self._current(path, None, Limits(), True)
             if known is None or known[2] != current:
                 self.changed = True
-            known = self._besteffort = (path, self._expiry(now), current)
+            due = known is not None and known[0] == path and now >= known[1]
+            known = self._besteffort = (path, self._expiry(now, due), current)
         return self._rel(path), known[2]
 
     def pod_folders(self, pods: Iterable[dict[str, Any]], dirs: Mapping[str, str],
@@ -175,18 +178,20 @@ class CgroupFiles:
             if rel is None:
                 continue
             known = seen.get(uid)
-            if known is None or known.pod is not pod or known.rel != rel or now >= known.until \
-                    or (stale and not stale.isdisjoint(known.paths)):
+            if known is not None and (known.pod is not pod or known.rel != rel):
+                known = None                            # another object, or another folder: all read anew
+            if known is None or now >= known.until or (stale and not stale.isdisjoint(known.paths)):
                 # A pod object seen before is BE and running still; a new one is checked (and remembered).
                 if not is_be(pod) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                     continue
-                limits = known.limits if known is not None and known.pod is pod else pod_limits(pod)
+                limits = known.limits if known is not None else pod_limits(pod)
+                due = known is not None and now >= known.until
                 built = self._pod_folder(pod, limits, rel)
                 paths = frozenset(self._abs(p) for f in iter_folders([built]) for p in (f.cpu_path, f.memory_path)
                                   if p) if built is not None else frozenset()
                 if stale:
                     stale.difference_update(paths)
-                known = seen[uid] = _Seen(pod, rel, self._expiry(now), limits, built, paths)
+                known = seen[uid] = _Seen(pod, rel, self._expiry(now, due), limits, built, paths)
             current.add(uid)
             if known.folder is not None:
                 (under if rel.startswith(be_prefix) else elsewhere).append(known.folder)
