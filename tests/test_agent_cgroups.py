@@ -4,6 +4,7 @@ metrics, /healthz, and an unreachable API server."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -340,16 +341,16 @@ def test_recorded_node_has_the_capacity_the_tests_assume() -> None:
 
 # -- what is read when ----------------------------------------------------------------------------------------
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    import webhook.agent.cgroups as cgroups
+    from webhook.agent.cgroups import CgroupFiles
 
     reads: list[str] = []
-    real = cgroups._read
+    real = CgroupFiles._read
 
-    def counted(path: str) -> str | None:
+    def counted(self: CgroupFiles, path: str) -> str | None:
         reads.append(path)
-        return real(path)
+        return real(self, path)
 
-    monkeypatch.setattr(cgroups, "_read", counted)
+    monkeypatch.setattr(CgroupFiles, "_read", counted)
     return reads
 
 
@@ -407,5 +408,14 @@ def test_a_changed_pod_object_is_read_again_and_a_pod_that_left_is_forgotten(tmp
     assert files is not None and BE_BATCH_0 in files._seen
     state.replace_all({"Pod": [p for p in state.objects("Pod") if p["metadata"]["uid"] != BE_BATCH_0],
                        "Node": state.objects("Node"), "ConfigMap": state.objects("ConfigMap")})
+    assert any(BE_BATCH_0 in path for path in files._fds)   # the files it read, kept open
+    open_before = len(os.listdir("/proc/self/fd"))
     agent.cycle(now=3.0)
     assert BE_BATCH_0 not in files._seen
+    assert not any(BE_BATCH_0 in path for path in files._fds)
+    # Its six limit files closed (pod and container: quota, weight, memory); its folder is still there, so the
+    # collector still reads its usage.
+    assert len(os.listdir("/proc/self/fd")) == open_before - 6
+    kept = len(files._fds)
+    files.close()
+    assert len(os.listdir("/proc/self/fd")) == open_before - 6 - kept

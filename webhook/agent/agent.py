@@ -273,6 +273,8 @@ class Agent:
     # -- cgroups: BE limits and BE suppression ----------------------------------------------------------
     def _files(self, layout: Layout) -> CgroupFiles:
         if self._cgroups is None or self._cgroups.layout != layout:
+            if self._cgroups is not None:
+                self._cgroups.close()
             self._cgroups = CgroupFiles(layout, self.metrics)
         return self._cgroups
 

@@ -13,11 +13,12 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.agent.collectors import Layout
+from webhook.agent.collectors import Layout, open_read
 from webhook.agent.domain.cgroup_limits import (
     BESTEFFORT_FOLDER,
     CgroupWrite,
@@ -50,17 +51,10 @@ _WHY = {
 }
 
 
-def _read(path: str) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 256).decode(errors="replace")
-    except OSError:
-        return None
-    finally:
+def _close_all(fds: dict[str, int]) -> None:
+    for fd in fds.values():
         os.close(fd)
+    fds.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +77,7 @@ class _Seen:
     limits: PodLimits
     folder: Folder | None                   # None: the pod asks for nothing
     paths: frozenset[str]                   # its folders (absolute), to know when a write made them stale
+    files: tuple[str, ...]                  # the files read (kept open)
 
 
 class CgroupFiles:
@@ -90,7 +85,9 @@ class CgroupFiles:
 
     What a BE pod's folders hold is read when the pod is first seen (or its object changes), right after the
     agent wrote to one of them, and again at least every ``verify_seconds`` (spread over cycles), so a value
-    changed behind the agent's back is put back within that time while a steady node costs few reads.
+    changed behind the agent's back is put back within that time while a steady node costs few reads. The files
+    read stay open while their pod is a BE pod on the node, and are read again with ``pread``: an open and a
+    close cost three times the read (14 µs against 3.5 µs on cgroup v1, caches cold).
     """
 
     def __init__(self, layout: Layout, metrics: AgentMetrics | None = None, page_size: int = PAGE_SIZE,
@@ -102,8 +99,12 @@ class CgroupFiles:
         self.files = files(layout.version)
         self._refused: dict[tuple[str, str], tuple[str, str]] = {}
         self._seen: dict[str, _Seen] = {}       # uid -> what its folders held
-        self._besteffort: tuple[str, float, Current] | None = None   # (folder, valid until, its quota)
+        # the besteffort QoS folder: (folder, valid until, its quota, the files read)
+        self._besteffort: tuple[str, float, Current, tuple[str, ...]] | None = None
         self._stale: set[str] = set()           # folders written since they were read
+        self._fds: dict[str, int] = {}          # the files of the folders above, open
+        weakref.finalize(self, _close_all, self._fds)
+        self._reading: list[str] = []           # the files read by the folder being built
         self._last: tuple[list[Folder], list[Folder]] = ([], [])
         self.changed = True                     # what the folders hold (or which there are) moved since the last plan
         self._root_prefix = layout.root.rstrip(os.sep) + os.sep if layout.root else ""
@@ -122,6 +123,32 @@ class CgroupFiles:
         return now + self.verify_seconds * (1.0 if due else self._jitter.uniform(0.5, 1.0))
 
     # -- reading ------------------------------------------------------------------------------------
+    def _read(self, path: str) -> str | None:
+        self._reading.append(path)
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                return os.pread(fd, 256, 0).decode(errors="replace")
+            except OSError:                     # its cgroup was removed (ENODEV): opened once more
+                os.close(self._fds.pop(path))
+        fd, data = open_read(path, 256)
+        if fd is None or data is None:
+            return None
+        self._fds[path] = fd
+        return data.decode(errors="replace")
+
+    def _release(self, paths: Iterable[str], keep: Container[str] = ()) -> None:
+        """Close the files of ``paths`` no longer read (but those in ``keep``)."""
+        for path in paths:
+            if path not in keep:
+                fd = self._fds.pop(path, None)
+                if fd is not None:
+                    os.close(fd)
+
+    def close(self) -> None:
+        _close_all(self._fds)
+        self._seen, self._besteffort = {}, None
+
     def _current(self, cpu: str | None, memory: str | None, want: Limits, quota: bool) -> Current:
         """Read the settings ``want`` (and ``quota``) need; a folder or file that is missing reads as None."""
         names: dict[str, str] = {}
@@ -134,7 +161,7 @@ class CgroupFiles:
         if memory is not None and want.memory_limit is not None:
             names[self.files["memory"]] = memory
         return parse_current(self.layout.version,
-                             {name: _read(folder + os.sep + name) for name, folder in names.items()})
+                             {name: self._read(folder + os.sep + name) for name, folder in names.items()})
 
     def _folder(self, cpu: str | None, mem: str, want: Limits, children: tuple[Folder, ...] = ()) -> Folder:
         return Folder(self._rel(cpu) if cpu else None, self._rel(mem), self._current(cpu, mem, want, False), want,
@@ -151,11 +178,14 @@ class CgroupFiles:
         known = self._besteffort
         if known is None or known[0] != path or now >= known[1] or path in self._stale:
             self._stale.discard(path)
+            self._reading = []
             current = self._current(path, None, Limits(), True)
             if known is None or known[2] != current:
                 self.changed = True
+            if known is not None:
+                self._release(known[3], keep=self._reading)
             due = known is not None and known[0] == path and now >= known[1]
-            known = self._besteffort = (path, self._expiry(now, due), current)
+            known = self._besteffort = (path, self._expiry(now, due), current, tuple(self._reading))
         return self._rel(path), known[2]
 
     def pod_folders(self, pods: Iterable[dict[str, Any]], dirs: Mapping[str, str],
@@ -184,19 +214,25 @@ class CgroupFiles:
                 # A pod object seen before is BE and running still; a new one is checked (and remembered).
                 if not is_be(pod) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                     continue
+                old = seen.get(uid)
                 limits = known.limits if known is not None else pod_limits(pod)
                 due = known is not None and now >= known.until
+                self._reading = []
                 built = self._pod_folder(pod, limits, rel)
+                if old is not None:
+                    self._release(old.files, keep=set(self._reading))
                 paths = frozenset(self._abs(p) for f in iter_folders([built]) for p in (f.cpu_path, f.memory_path)
                                   if p) if built is not None else frozenset()
                 if stale:
                     stale.difference_update(paths)
-                known = seen[uid] = _Seen(pod, rel, self._expiry(now, due), limits, built, paths)
+                known = seen[uid] = _Seen(pod, rel, self._expiry(now, due), limits, built, paths,
+                                          tuple(self._reading))
             current.add(uid)
             if known.folder is not None:
                 (under if rel.startswith(be_prefix) else elsewhere).append(known.folder)
         if len(seen) > len(current):               # pods that left the node, or are no longer BE
-            self._seen = {u: v for u, v in seen.items() if u in current}
+            for uid in [u for u in seen if u not in current]:
+                self._release(seen.pop(uid).files)
         if (under, elsewhere) != self._last:      # identity first: only folders read again compare field by field
             self.changed = True
         self._last = (under, elsewhere)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,7 +134,7 @@ _POD_DIR = re.compile(r"^(?:kubepods-(?:burstable-|besteffort-)?pod(?P<sd>[0-9a-
                       r"|pod(?P<fs>[0-9a-fA-F-]+))$")
 
 
-def _open_read(path: str, size: int) -> tuple[int | None, bytes | None]:
+def open_read(path: str, size: int) -> tuple[int | None, bytes | None]:
     """Open ``path`` and read it: (the fd to keep, the content), (None, None) when either fails."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -177,7 +178,7 @@ class PodFiles:
         path = self.paths[i]
         if path is None:
             return None
-        self.fds[i], data = _open_read(path, self.sizes[i])
+        self.fds[i], data = open_read(path, self.sizes[i])
         return data
 
     def close(self) -> None:
@@ -291,6 +292,7 @@ class Collector:
         # the page cache it yields moves slowly, so each pod's is read again every ``stat_seconds`` only.
         self.stat_seconds = stat_seconds
         self._pods: dict[str, PodFiles] = {}     # uid -> the pod's files, for the pods of the last scan
+        weakref.finalize(self, _close_all, self._pods)   # a collector dropped (tests, ``once``) closes them
 
     def check(self) -> None:
         """Fail early (CollectError) when the proc root cannot be read."""
@@ -380,6 +382,10 @@ class Collector:
         return out
 
     def close(self) -> None:
-        for files in self._pods.values():
-            files.close()
-        self._pods = {}
+        _close_all(self._pods)
+
+
+def _close_all(pods: dict[str, PodFiles]) -> None:
+    for files in pods.values():
+        files.close()
+    pods.clear()
