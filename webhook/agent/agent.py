@@ -358,8 +358,7 @@ class Agent:
         self.window.seconds = colo.metricAggregateDurationSeconds
         if sample is not None:
             values: dict[str, tuple[float | None, int | None]] = {"": (sample.node_cpu_milli, sample.mem_used)}
-            for uid, p in sample.pods.items():
-                values[uid] = (p.cpu_milli, p.memory)
+            values.update(sample.pods)
             self.window.add(now, values)
         else:
             self.window.expire(now)

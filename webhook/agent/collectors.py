@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 STAT_SECONDS = 5.0
 
@@ -23,8 +24,9 @@ class CollectError(Exception):
     """The node itself cannot be measured (proc root unreadable or malformed)."""
 
 
-@dataclass(frozen=True, slots=True)
-class PodUsage:
+class PodUsage(NamedTuple):
+    """A tuple: the usage window takes a sample's pods as they are."""
+
     cpu_milli: float | None       # None until two samples exist, or when unreadable
     memory: int | None            # working set bytes
 
