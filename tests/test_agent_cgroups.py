@@ -419,3 +419,20 @@ def test_a_changed_pod_object_is_read_again_and_a_pod_that_left_is_forgotten(tmp
     kept = len(files._fds)
     files.close()
     assert len(os.listdir("/proc/self/fd")) == open_before - 6 - kept
+
+
+def test_a_dropped_agent_closes_the_files_it_kept_open(tmp_path: Path) -> None:
+    import gc
+
+    state = _state(write_state(tmp_path / "state"))
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, 1, "cgroupfs")
+    before = len(os.listdir("/proc/self/fd"))
+    agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state)
+    agent.cycle(now=0.0)
+    agent.cycle(now=1.0)
+    files = agent._cgroups
+    assert files is not None and len(files._fds) == 4 * 2 * 4 + 2   # BE pods' folders: 4 files each; besteffort
+    del agent, files
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

@@ -118,13 +118,18 @@ def test_usage_files_stay_open_and_a_pod_that_left_has_them_closed(tmp_path: Pat
     before = open_fds()
     c = Collector(tmp_path / "proc", cg)
     c.collect(0.0)
-    assert open_fds() == before + 3 * len(PODS)          # memory.current, memory.stat, cpu.stat per pod
+    assert open_fds() == before + 2 + 3 * len(PODS)      # meminfo, stat; memory.current, memory.stat, cpu.stat
     (pod_dir_v2(cg, PODS[0]) / "memory.current").write_text(f"{400 * MI}\n")
     assert c.collect(1.0).pods[PODS[0].uid].memory == 300 * MI     # read again through the open file
     shutil.rmtree(pod_dir_v2(cg, PODS[0]))
     s = c.collect(2.0)
-    assert PODS[0].uid not in s.pods and open_fds() == before + 3 * (len(PODS) - 1)
+    assert PODS[0].uid not in s.pods and open_fds() == before + 2 + 3 * (len(PODS) - 1)
     c.close()
+    assert open_fds() == before
+    dropped = Collector(tmp_path / "proc", cg)
+    dropped.collect(0.0)
+    assert open_fds() > before
+    del dropped                                          # a collector dropped closes what it kept open
     assert open_fds() == before
 
 

@@ -181,7 +181,7 @@ class Agent:
         sample: Sample | None = None
         memory = self._measured(self.collector.node_memory, "no eviction this cycle")
         if memory is not None:
-            pressure = self._memory(now, memory, pods, views, status, watermark, out)
+            pressure = self._memory(now, memory, views, status, watermark, out)
             # The CPU counters are stamped when they are read: after the requests, which may have taken a while.
             sample = self._measured(lambda: self.collector.collect(self.clock() if at is None else now),
                                     "no cgroup writes and no new usage figures this cycle")
@@ -213,8 +213,8 @@ class Agent:
                 self._last_collect_error = str(exc)
             return None
 
-    def _memory(self, now: float, memory: tuple[int, int], pods: list[dict[str, Any]], views: list[PodView],
-                status: dict[str, Any], watermark: Any, out: dict[str, Any]) -> bool:
+    def _memory(self, now: float, memory: tuple[int, int], views: list[PodView], status: dict[str, Any],
+                watermark: Any, out: dict[str, Any]) -> bool:
         total, available = memory
         cap_q = _quantity((status.get("capacity") or {}).get(MEMORY))
         capacity = int_value(cap_q) if cap_q is not None and cap_q > 0 else total
@@ -232,10 +232,11 @@ class Agent:
         self.engine = result.state
         tasks = []
         if result.acting:  # candidates are only worth measuring and ranking when a threshold acts
-            usage = self.collector.pod_memory(now, [v.uid for v in views if v.be])
-            requests = {id(v.obj): v.memory_request for v in views}
-            tasks = build_tasks(result.acting, obs, candidates(pods, usage, lambda _, p: requests[id(p)]),
-                                self.node_name)
+            be = [v for v in views if v.be]
+            usage = self.collector.pod_memory(now, [v.uid for v in be])
+            requests = {id(v.obj): v.memory_request for v in be}
+            cands = candidates([v.obj for v in be], usage, lambda _, p: requests[id(p)])
+            tasks = build_tasks(result.acting, obs, cands, self.node_name)
         out["releaseTargetBytes"] = max((t.need for t in tasks), default=0)
         if tasks and not self.memory.in_cooldown(now):
             victims, self.memory = select_victims(tasks, self.memory, now, self._try_evict)

@@ -81,27 +81,44 @@ def parse_meminfo(text: bytes, path: Path) -> tuple[int, int]:
     return found[0], found[1]
 
 
-class MeminfoReader:
-    """``meminfo`` kept open and read with ``pread``: the sampler reads it ten times a second."""
+class ProcFile:
+    """A /proc file kept open and read with ``pread``: opening it through ``pathlib`` costs several times the read
+    when caches are cold (180 µs against 20 µs for meminfo), and a notified cycle starts by reading meminfo."""
 
-    def __init__(self, proc_root: Path) -> None:
-        self.path = Path(proc_root) / "meminfo"
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.size = size
         self._fd: int | None = None
 
-    def read(self) -> tuple[int, int]:
+    def read(self) -> bytes:
         try:
             if self._fd is None:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
-            text = os.pread(self._fd, 8192, 0)
+            text = os.pread(self._fd, self.size, 0)
+            if len(text) == self.size:          # more than expected: the whole of it, the slow way
+                text = self.path.read_bytes()
         except OSError as exc:
             self.close()
             raise CollectError(f"{self.path}: cannot read: {exc.strerror or exc}") from None
-        return parse_meminfo(text, self.path)
+        return text
 
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class MeminfoReader:
+    """``meminfo`` kept open: the sampler reads it ten times a second, every cycle reads it."""
+
+    def __init__(self, proc_root: Path) -> None:
+        self._file = ProcFile(Path(proc_root) / "meminfo", 8192)
+
+    def read(self) -> tuple[int, int]:
+        return parse_meminfo(self._file.read(), self._file.path)
+
+    def close(self) -> None:
+        self._file.close()
 
 
 def read_cpu_ticks(proc_root: Path) -> tuple[int, int, int]:
@@ -111,6 +128,10 @@ def read_cpu_ticks(proc_root: Path) -> tuple[int, int, int]:
         text = path.read_bytes()
     except OSError as exc:
         raise CollectError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    return parse_cpu_ticks(text, path)
+
+
+def parse_cpu_ticks(text: bytes, path: Path) -> tuple[int, int, int]:
     busy = total = cpus = 0
     seen = False
     for line in text.splitlines():
@@ -294,7 +315,10 @@ class Collector:
         # the page cache it yields moves slowly, so each pod's is read again every ``stat_seconds`` only.
         self.stat_seconds = stat_seconds
         self._pods: dict[str, PodFiles] = {}     # uid -> the pod's files, for the pods of the last scan
-        weakref.finalize(self, _close_all, self._pods)   # a collector dropped (tests, ``once``) closes them
+        self._meminfo = MeminfoReader(self.proc_root)
+        self._stat = ProcFile(self.proc_root / "stat", 65536)
+        # A collector dropped (tests, ``once``) closes what it holds open.
+        weakref.finalize(self, _close_all, self._pods, self._meminfo, self._stat)
 
     def check(self) -> None:
         """Fail early (CollectError) when the proc root cannot be read."""
@@ -303,11 +327,11 @@ class Collector:
 
     def node_memory(self) -> tuple[int, int]:
         """(MemTotal, MemAvailable) now: all a memory threshold needs to know whether it is met."""
-        return read_meminfo(self.proc_root)
+        return self._meminfo.read()
 
     def collect(self, now: float) -> Sample:
-        total, available = read_meminfo(self.proc_root)
-        busy, ticks, cpus = read_cpu_ticks(self.proc_root)
+        total, available = self._meminfo.read()
+        busy, ticks, cpus = parse_cpu_ticks(self._stat.read(), self._stat.path)
         node_cpu = None
         if self._prev_node is not None and ticks > self._prev_node[1]:
             node_cpu = (busy - self._prev_node[0]) / (ticks - self._prev_node[1]) * cpus * 1000
@@ -384,10 +408,12 @@ class Collector:
         return out
 
     def close(self) -> None:
-        _close_all(self._pods)
+        _close_all(self._pods, self._meminfo, self._stat)
 
 
-def _close_all(pods: dict[str, PodFiles]) -> None:
+def _close_all(pods: dict[str, PodFiles], *proc: MeminfoReader | ProcFile) -> None:
     for files in pods.values():
         files.close()
     pods.clear()
+    for file in proc:
+        file.close()
