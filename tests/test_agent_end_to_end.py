@@ -328,6 +328,21 @@ def test_the_eviction_request_goes_before_the_rest_of_the_node_is_measured(tmp_p
     assert out["memory"]["usedBytes"] == 24 * GI and out["cgroupWrites"]
 
 
+def test_the_nodes_pods_are_one_list_until_the_state_changes(tmp_path: Path) -> None:
+    import copy
+
+    state = _state(write_state(tmp_path / "state"))
+    pods = state.pods_on_node(NODE)
+    assert state.pods_on_node(NODE) is pods               # the agent's per-pod work is kept while it is the same
+    extra = copy.deepcopy(pods[0])
+    extra["metadata"].update(name="be-new", uid="00000000-0000-4000-8000-00000000000a")
+    state.upsert("Pod", extra)
+    assert extra in state.pods_on_node(NODE) and state.pods_on_node(NODE) is not pods
+    state.delete("Pod", extra)
+    assert extra not in state.pods_on_node(NODE)
+    assert state.pods_on_node("another-node") == []
+
+
 def test_dry_run_acts_on_nothing(tmp_path: Path, srv: ReplayAPIServer) -> None:
     usage = {"be-evict-ok": 5 * GI // 2, "ls-web-0": 8 * GI}
     agent = _acting_agent(tmp_path, srv, usage, dry_run=True)

@@ -125,6 +125,8 @@ class Agent:
         self.last_condition: str | None = None
         self._last_collect_error: str | None = None
         self._views: dict[int, PodView] = {}    # id(pod object) -> its view; the view holds the object
+        self._views_of: list[dict[str, Any]] | None = None   # the pod list they were made for
+        self._view_list: list[PodView] = []
         self._cgroups: CgroupFiles | None = None
         self._planned = True                     # the last plan had writes (or there was none yet)
         self._suppress_recovered = False        # koordlet recovers the besteffort quota once when not suppressing
@@ -195,14 +197,16 @@ class Agent:
 
     def _pod_views(self, pods: list[dict[str, Any]]) -> list[PodView]:
         """Each pod's view, reused while the object is the same; only this cycle's pods are remembered."""
+        if pods is self._views_of:               # the state has not changed since
+            return self._view_list
         known, views = self._views, {}
         for pod in pods:
             view = known.get(id(pod))
             if view is None or view.obj is not pod:
                 view = pod_view(pod)
             views[id(pod)] = view
-        self._views = views
-        return list(views.values())
+        self._views, self._views_of, self._view_list = views, pods, list(views.values())
+        return self._view_list
 
     def _measured(self, measure: Callable[[], T], consequence: str) -> T | None:
         try:
