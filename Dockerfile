@@ -26,7 +26,8 @@ RUN pip install --no-index --find-links=/wheels colocation-webhook \
 # The manifests run with runAsUser 10001 and a read-only root filesystem; nothing is written at run time.
 USER 10001:10001
 WORKDIR /tmp
-# 8443: the webhook's HTTPS port (Service 443 -> 8443); 9316: the agent's metrics port.
-EXPOSE 8443 9316
+# 8443: the webhook's HTTPS port (Service 443 -> 8443); 8080: the webhook's metrics port (--metrics-port);
+# 9316: the agent's metrics port.
+EXPOSE 8443 8080 9316
 ENTRYPOINT ["colocation-webhook"]
 CMD ["serve"]

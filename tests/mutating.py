@@ -89,6 +89,7 @@ def request(obj: dict, operation: str = "CREATE", old: dict | None = None) -> Ad
 def mutate(obj: dict, state: ClusterState, explain: list[str] | None = None) -> tuple[Decision, dict | None]:
     """Run the chain; return the decision and the pod with the patch applied by ``jsonpatch``."""
     decision = chain.mutate(request(copy.deepcopy(obj)), state, chain.Settings(), explain)
+    assert not decision.rule_failed, decision.warnings
     if not decision.allowed:
         return decision, None
     return decision, jsonpatch.apply_patch(obj, decision.patch)

@@ -1,8 +1,10 @@
-"""A real webhook server for tests: uvicorn over TLS on loopback, certificates from webhook.tls."""
+"""A real webhook server for tests: what ``serve`` runs (``AdmissionServer``: uvicorn with the read limits, TLS by
+the serving policy, the metrics port), on loopback, certificates from webhook.tls."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import socket
 import ssl
 import threading
@@ -12,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import uvicorn
 
 from webhook.admission import chain
 from webhook.admission.app import create_server
+from webhook.admission.asgi import EdgePolicy, ServeOptions
+from webhook.admission.serving import AdmissionServer
 from webhook.cluster.state import ClusterState
 from webhook.tls.certs import CertPaths, ensure_localhost
 
@@ -33,31 +36,40 @@ class Server:
     url: str
     certs: CertPaths
     state: ClusterState
-    server: uvicorn.Server
+    server: AdmissionServer
+    metrics_url: str
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
 
     def client(self, **kw) -> httpx.Client:  # type: ignore[no-untyped-def]
         return httpx.Client(base_url=self.url, verify=ssl.create_default_context(cafile=str(self.certs.ca_cert)),
                             timeout=10, **kw)
 
+    def metrics(self) -> str:
+        return httpx.get(self.metrics_url, timeout=10).text
+
 
 @contextlib.contextmanager
-def run_server(state: ClusterState, cert_dir: Path, settings: chain.Settings | None = None) -> Iterator[Server]:
+def run_server(state: ClusterState, cert_dir: Path, settings: chain.Settings | None = None,
+               policy: EdgePolicy | None = None, options: ServeOptions | None = None,
+               client_ca: Path | None = None, openapi: bool = False) -> Iterator[Server]:
     certs, _ = ensure_localhost(cert_dir)
-    port = free_port()
-    config = uvicorn.Config(create_server(state, settings).asgi, host="127.0.0.1", port=port, ssl_certfile=str(certs.cert),
-                            ssl_keyfile=str(certs.key), log_config=None, access_log=False, lifespan="off")
-    config.load()
-    config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
-    server = uvicorn.Server(config)
+    options = dataclasses.replace(options or ServeOptions(), host="127.0.0.1", port=free_port(),
+                                  metrics_port=free_port())
+    server = AdmissionServer(create_server(state, settings, policy=policy, openapi=openapi), options, certs.cert,
+                             certs.key, client_ca, watch_certs=False)
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
-    while not server.started:
+    while not (server.started and server.metrics_listener is not None):
         if time.monotonic() > deadline or not thread.is_alive():
             raise RuntimeError("test server did not start")
         time.sleep(0.02)
     try:
-        yield Server(f"https://localhost:{port}", certs, state, server)
+        yield Server(f"https://localhost:{options.port}", certs, state, server,
+                     f"http://127.0.0.1:{options.metrics_port}/metrics")
     finally:
         server.should_exit = True
         thread.join(timeout=10)

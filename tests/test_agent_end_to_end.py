@@ -11,6 +11,7 @@ import pytest
 
 from tests.agent_trees import FakePod, write_cgroup_v2, write_proc
 from tests.apiserver import ReplayAPIServer, load_exchange
+from tests.events_api import EventsAPI
 from webhook.agent.actions import API_CALLS, EvictOutcome, KubeActions
 from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
@@ -226,7 +227,7 @@ def test_actions_against_recorded_responses(srv: ReplayAPIServer) -> None:
     srv.add_exchange("eviction-missing-pod-404")
     srv.add_exchange("eviction-uid-precondition-mismatch", path=_evict_path("recreated"))
     srv.add_json("POST", _evict_path("broken"), {"kind": "Status", "status": "Failure", "code": 500}, status=500)
-    srv.add_exchange("events-create-evictpodsuccess")
+    events = EventsAPI(srv, (NS,))
     srv.add_exchange("nodes-status-patch-smp-add-batch")
     actions = KubeActions(_api(srv), NODE)
     assert actions.evict(NS, "be-evict-ok", "0106db4a-d5ba-46cf-adb1-f133c4e76d43").outcome is EvictOutcome.EVICTED
@@ -237,7 +238,8 @@ def test_actions_against_recorded_responses(srv: ReplayAPIServer) -> None:
     assert actions.evict(NS, "recreated", "x").outcome is EvictOutcome.CONFLICT
     assert actions.evict(NS, "broken", "x").outcome is EvictOutcome.FAILED
     assert actions.event({"kind": "Pod", "apiVersion": "v1", "namespace": NS, "name": "be-evict-ok", "uid": "u"},
-                         "evictPodSuccess", "m")
+                         "evictPodSuccess", "m", "Evict")
+    assert len(events.stored) == 1
     assert actions.patch_node_status({"status": {"allocatable": {"kubernetes.io/batch-cpu": "25000"}}})
     sent = srv.requests_to("POST", _evict_path("be-evict-ok"))[0]
     assert sent.body == {"apiVersion": "policy/v1", "kind": "Eviction",
@@ -248,7 +250,8 @@ def test_actions_against_recorded_responses(srv: ReplayAPIServer) -> None:
 
 
 def test_api_calls_declared() -> None:
-    assert set(API_CALLS) == {("", "pods/eviction", "create"), ("", "events", "create"), ("", "nodes/status", "patch")}
+    assert set(API_CALLS) == {("", "pods/eviction", "create"), ("events.k8s.io", "events", "create"),
+                              ("events.k8s.io", "events", "patch"), ("", "nodes/status", "patch")}
 
 
 def _acting_agent(tmp_path: Path, srv: ReplayAPIServer, usage: dict[str, int], used: int = 24 * GI,
@@ -258,19 +261,19 @@ def _acting_agent(tmp_path: Path, srv: ReplayAPIServer, usage: dict[str, int], u
     return Agent(AgentOptions(NODE, **options), Collector(proc, cg), state, KubeActions(_api(srv), NODE))
 
 
-def _routes_for_acting(srv: ReplayAPIServer, protected_status: str = "eviction-pdb-blocked-429") -> None:
+def _routes_for_acting(srv: ReplayAPIServer, protected_status: str = "eviction-pdb-blocked-429") -> EventsAPI:
     srv.add_exchange("eviction-success")
     if protected_status.startswith("eviction"):
         srv.add_exchange(protected_status)
     else:
         srv.add_json("POST", _evict_path("be-protected"), {"kind": "Status", "code": 500}, status=500)
-    srv.add_exchange("events-create-evictpodsuccess")
     srv.add_exchange("nodes-status-patch-smp-add-batch")
+    return EventsAPI(srv, (NS,))
 
 
 @pytest.mark.parametrize("refusal", ["eviction-pdb-blocked-429", "500"])
 def test_refused_eviction_moves_on_and_nothing_beyond_need(tmp_path: Path, srv: ReplayAPIServer, refusal: str) -> None:
-    _routes_for_acting(srv, refusal)
+    events = _routes_for_acting(srv, refusal)
     # be-batch-1 (priority 3000) has no cgroup: no usage, never a candidate.
     usage = {"be-protected": 3 * GI, "be-evict-ok": 5 * GI // 2, "be-batch-0": GI // 10, "ls-web-0": 8 * GI}
     agent = _acting_agent(tmp_path, srv, usage)
@@ -278,11 +281,20 @@ def test_refused_eviction_moves_on_and_nothing_beyond_need(tmp_path: Path, srv: 
     assert [e["name"] for e in out["evictions"]] == ["be-evict-ok"]
     posts = [r.path for r in srv.received if r.path.endswith("/eviction")]
     assert posts == [_evict_path("be-protected"), _evict_path("be-evict-ok")]     # biggest first, then next
-    (event,) = srv.requests_to("POST", f"/api/v1/namespaces/{NS}/events")
-    assert event.body["reason"] == "evictPodSuccess" and event.body["type"] == "Warning"
-    assert event.body["message"] == ("evict Pod:be-evict-ok, reason: EvictPodByNodeMemoryUsage, message: "
-                                     "killAndEvictBEPods for node(colo-node-1), need to release memory: 2405181686")
-    assert event.body["involvedObject"]["uid"] == "0106db4a-d5ba-46cf-adb1-f133c4e76d43"
+    failed, evicted = (r.body for r in events.creates())
+    # The refused one first: koordlet's evictPodFail, the seed's message and the API's answer.
+    assert (failed["reason"], failed["action"], failed["type"]) == ("evictPodFail", "Evict", "Warning")
+    assert failed["regarding"]["name"] == "be-protected"
+    assert failed["note"].startswith("evict Pod:be-protected, reason: EvictPodByNodeMemoryUsage, message: "
+                                     "killAndEvictBEPods for node(colo-node-1), need to release memory: 2405181686, "
+                                     "error ")
+    assert (evicted["reason"], evicted["action"], evicted["type"]) == ("evictPodSuccess", "Evict", "Warning")
+    assert evicted["note"] == ("evict Pod:be-evict-ok, reason: EvictPodByNodeMemoryUsage, message: "
+                               "killAndEvictBEPods for node(colo-node-1), need to release memory: 2405181686")
+    assert evicted["regarding"] == {"apiVersion": "v1", "kind": "Pod", "namespace": NS, "name": "be-evict-ok",
+                                    "uid": "0106db4a-d5ba-46cf-adb1-f133c4e76d43"}
+    assert (evicted["reportingController"], evicted["reportingInstance"]) == ("colocation-agent", NODE)
+    assert len(events.stored) == 2
     patches = [r.body for r in srv.requests_to("PATCH", f"/api/v1/nodes/{NODE}/status")]
     assert any("allocatable" in p["status"] for p in patches)
     assert any(c["type"] == "BEMemoryPressure" and c["status"] == "True"
@@ -352,30 +364,32 @@ def test_dry_run_acts_on_nothing(tmp_path: Path, srv: ReplayAPIServer) -> None:
 
 
 def test_invalid_config_reported_once_with_event(tmp_path: Path, srv: ReplayAPIServer) -> None:
-    srv.add_json("POST", "/api/v1/namespaces/koordinator-system/events", {"kind": "Event"}, status=201)
+    events = EventsAPI(srv, ("koordinator-system",))
     srv.add_exchange("nodes-status-patch-smp-add-batch")
     state = _state(write_state(tmp_path / "state", cm_data={"colocation-config": "{not json"}))
     proc, cg = write_node(tmp_path, 8 * GI, {})
     agent = Agent(AgentOptions(NODE), Collector(proc, cg), state, KubeActions(_api(srv), NODE))
     for t in range(3):
         agent.cycle(now=float(t))
-    (event,) = srv.requests_to("POST", "/api/v1/namespaces/koordinator-system/events")
-    assert event.body["involvedObject"]["kind"] == "ConfigMap"
-    assert event.body["message"].startswith("colocation-config: invalid JSON")
+    (event,) = [r.body for r in events.creates()]
+    assert event["regarding"]["kind"] == "ConfigMap"
+    assert (event["reason"], event["action"]) == ("ColocationCfgInvalid", "LoadConfig")
+    assert event["note"].startswith("colocation-config: invalid JSON")
+    assert len(events.stored) == 1
 
 
 def test_kubelet_threshold_event_is_evicted(tmp_path: Path, srv: ReplayAPIServer) -> None:
     srv.add_exchange("eviction-success")
-    srv.add_exchange("events-create-evictpodsuccess")
+    events = EventsAPI(srv, (NS,))
     srv.add_exchange("nodes-status-patch-smp-add-batch")
     state = _state(write_state(tmp_path / "state", configmap=False))
     proc, cg = write_node(tmp_path, 31 * GI, {"be-evict-ok": 2 * GI})
     agent = Agent(AgentOptions(NODE, parse_thresholds(hard="memory.available<1536Mi")), Collector(proc, cg), state,
                   KubeActions(_api(srv), NODE))
     assert [e["reason"] for e in agent.cycle(now=0.0)["evictions"]] == ["Evicted"]
-    (event,) = srv.requests_to("POST", f"/api/v1/namespaces/{NS}/events")
-    assert event.body["reason"] == "Evicted"
-    assert event.body["message"] == "The node was low on resource: memory. Threshold quantity: 1536Mi, available: 1Gi. "
+    (event,) = [r.body for r in events.creates()]
+    assert event["reason"] == "Evicted"
+    assert event["note"] == "The node was low on resource: memory. Threshold quantity: 1536Mi, available: 1Gi. "
 
 
 def test_node_measure_failure_is_not_fatal(tmp_path: Path) -> None:

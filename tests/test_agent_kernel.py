@@ -234,8 +234,9 @@ def test_the_threshold_notifies_again_after_firing(cg: RealCgroupRoot) -> None:
 
     def fires(timeout: float) -> bool:
         assert memcg.eventfd is not None
-        readable, _, _ = select.select([memcg.eventfd], [], [], timeout)
-        return bool(readable) and memcg.crossed_up()
+        poller = select.poll()  # not select(): the fd can be past 1023 after the suite opened many files
+        poller.register(memcg.eventfd, select.POLLIN)
+        return bool(poller.poll(timeout * 1000)) and memcg.crossed_up()
 
     try:
         capacity = 2048 * 2**30                        # re-arm tolerance 2 GiB: bigger than the moves below
@@ -258,7 +259,7 @@ def test_the_threshold_notifies_again_after_firing(cg: RealCgroupRoot) -> None:
 
 def test_real_allocation_over_the_watermark_is_evicted_through_the_notification(cg: RealCgroupRoot) -> None:
     cg.mkdir(BE_CTR)
-    margin = 192 * MI
+    margin = 512 * MI          # room for the rest of the machine (other processes) to move meanwhile
     used0 = meminfo_used()
     capacity = 2 * (used0 + margin)                  # watermark 50 %: just above this machine's usage now
     watermark = capacity // 2
@@ -281,7 +282,7 @@ def test_real_allocation_over_the_watermark_is_evicted_through_the_notification(
         try:
             time.sleep(0.3)                           # the first cycle has run and armed the threshold
             assert meminfo_used() < watermark, "the machine's usage moved past the test's watermark"
-            child = cg.spawn(BE_CTR, allocator_code(margin + 640 * MI, hold_seconds=5.0), controllers=("memory",))
+            child = cg.spawn(BE_CTR, allocator_code(margin + 1024 * MI, hold_seconds=5.0), controllers=("memory",))
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not srv.requests_to("POST", f"/api/v1/namespaces/{NS}/pods/be/eviction"):
                 time.sleep(0.001)

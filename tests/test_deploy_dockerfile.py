@@ -119,7 +119,7 @@ def test_expose_and_entrypoint_match_the_manifests(stages: list[Stage]) -> None:
                 for c in d["spec"]["template"]["spec"]["containers"]:
                     ports |= {p["containerPort"] for p in c["ports"]}
                     commands.add(c["command"][0])
-    assert exposed == ports == {8443, 9316}
+    assert exposed == ports == {8443, 8080, 9316}
     (entrypoint,) = final.all("ENTRYPOINT")
     assert json.loads(entrypoint) == ["colocation-webhook"]  # exec form
     assert json.loads(final.all("CMD")[-1]) == ["serve"]

@@ -93,6 +93,18 @@ def cert_manager() -> list[Obj]:
     return _kustomize(MANIFESTS / "overlays" / "cert-manager")
 
 
+COMPONENTS = ("monitoring", "network-policy", "agent-node-policy")   # manifests/components/<name>, optional
+PROMETHEUS_OPERATOR_KINDS = {"PodMonitor", "PrometheusRule"}
+
+
+@pytest.fixture(scope="module")
+def components() -> dict[str, list[Obj]]:
+    """The optional components, each as `kubectl apply -k manifests/components/<name>` renders it."""
+    if KUBECTL is None:
+        pytest.skip("kubectl is not installed (Debian package kubernetes-client)")
+    return {name: _kustomize(MANIFESTS / "components" / name) for name in COMPONENTS}
+
+
 @pytest.fixture(scope="module")
 def koordinator() -> list[Obj]:
     """The component of Koordinator-owned objects (`kubectl apply -k manifests/koordinator`)."""
@@ -152,6 +164,28 @@ def test_generated_certs_overlay_and_koordinator_component_are_valid_kubernetes(
         generated: tuple[list[Obj], Path], koordinator: list[Obj]) -> None:
     assert _validate_all(generated[0]) == []
     assert _validate_all(koordinator) == []
+
+
+@needs_kubectl
+def test_the_optional_components_are_valid_kubernetes(components: dict[str, list[Obj]]) -> None:
+    assert set(_validate_all(components["monitoring"])) == PROMETHEUS_OPERATOR_KINDS
+    for obj in components["monitoring"]:
+        if obj["kind"] in PROMETHEUS_OPERATOR_KINDS:
+            assert obj["apiVersion"] == "monitoring.coreos.com/v1"
+    assert _validate_all(components["network-policy"]) == []
+    assert _validate_all(components["agent-node-policy"]) == []
+
+
+def test_no_install_path_includes_an_optional_component() -> None:
+    for name in COMPONENTS:
+        path = MANIFESTS / "components" / name
+        k = yaml.safe_load((path / "kustomization.yaml").read_text())
+        assert (k["apiVersion"], k["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component"), name
+        for install in (MANIFESTS / "kustomization.yaml", *MANIFESTS.glob("*/kustomization.yaml"),
+                        *MANIFESTS.glob("overlays/*/kustomization.yaml")):
+            i = yaml.safe_load(install.read_text())
+            refs = [str((install.parent / r).resolve()) for r in i.get("resources", []) + i.get("components", [])]
+            assert str(path.resolve()) not in refs, f"{install} includes {name}"
 
 
 @needs_kubectl
@@ -504,9 +538,11 @@ def _docs_table() -> dict[str, set[str]]:
 
 @needs_kubectl
 def test_docs_table_lists_what_each_path_applies(objects: list[Obj], cert_manager: list[Obj],
-                                                 generated: tuple[list[Obj], Path], koordinator: list[Obj]) -> None:
+                                                 generated: tuple[list[Obj], Path], koordinator: list[Obj],
+                                                 components: dict[str, list[Obj]]) -> None:
     rendered = {"manifests/": objects, "manifests/overlays/cert-manager": cert_manager,
-                "manifests/overlays/generated-certs": generated[0], "manifests/koordinator": koordinator}
+                "manifests/overlays/generated-certs": generated[0], "manifests/koordinator": koordinator,
+                **{f"manifests/components/{name}": objs for name, objs in components.items()}}
     documented = _docs_table()
     assert set(documented) == set(rendered)
     for path, objs in rendered.items():

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import load_fixture
 from tests.serving import FIXTURES, Server, run_server
+from webhook.admission.context import Settings
 from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
@@ -116,7 +117,8 @@ def mutated_review(draw: st.DrawFn) -> bytes:
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     state = ClusterState(WEBHOOK_KINDS)
     FilesSource(example_folder(), state).load()
-    with run_server(state, tmp_path_factory.mktemp("fuzz-certs")) as srv:
+    # Fail-closed here: a rule that raises answers a 500 denial, which _check refuses.
+    with run_server(state, tmp_path_factory.mktemp("fuzz-certs"), Settings(on_rule_error="deny")) as srv:
         yield srv
 
 
@@ -139,6 +141,7 @@ def _check(client: httpx.Client, endpoint: str, body: bytes) -> None:
         if not payload["response"]["allowed"]:
             status = payload["response"]["status"]
             assert status["code"] >= 400 and status["message"]
+            assert status["code"] != 500, status["message"]  # a rule raised
             assert "Traceback" not in status["message"]
     else:
         assert payload["code"] == r.status_code and payload["error"]

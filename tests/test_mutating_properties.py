@@ -109,6 +109,7 @@ def _state(specs):  # type: ignore[no-untyped-def]
 def test_chain_on_its_own_output_is_a_no_op(pod, specs) -> None:  # type: ignore[no-untyped-def]
     state = _state(specs)
     first = chain.mutate(request(copy.deepcopy(pod)), state, chain.Settings())
+    assert not first.rule_failed, first.warnings
     if not first.allowed:
         event("denied")
         return  # a denial (unknown class) has no output to feed back

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import ssl
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 
 from tests.conftest import load_fixture
 from tests.serving import FIXTURES, Server, run_server
+from webhook import __version__
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 RECORDED = sorted(p.name for p in (FIXTURES / "admission").glob("v1*-*.json") if not p.name.endswith(".http.json"))
@@ -167,12 +169,33 @@ def test_healthz_and_metrics(server: Server) -> None:
     post(server, "/mutate", b"{nope")
     with server.client() as c:
         assert c.get("/healthz").text == "ok"
-        text = c.get("/metrics").text
+    text = server.metrics()
     assert 'colocation_webhook_requests_total{endpoint="mutate",operation="CREATE",outcome="allowed"} 1.0' in text
     assert 'colocation_webhook_requests_total{endpoint="mutate",operation="unknown",outcome="bad_request"} 1.0' in text
     assert 'colocation_webhook_request_duration_seconds_bucket{endpoint="mutate",le="0.001"}' in text
     assert 'colocation_webhook_cache_synced{kind="PriorityClass"} 1.0' in text
     assert 'colocation_webhook_cache_objects{kind="PriorityClass"} 4.0' in text
+
+
+def test_metrics_carry_controller_runtime_names_and_patch_ops_by_rule(server: Server) -> None:
+    """controller-runtime's webhook metrics (webhook = the path, code = the HTTP status, client_golang's buckets),
+    the process and Python collectors, build_info, and patch operations counted by the rule that wrote them."""
+    review = load_fixture("admission/v1-mutate-create-koord-batch-init-containers.json")
+    answer = post(server, "/mutate", review).json()["response"]
+    ops = json.loads(base64.b64decode(answer["patch"]))
+    post(server, "/validate", b"{nope")
+    text = server.metrics()
+    assert 'controller_runtime_webhook_requests_total{code="200",webhook="/mutate"} 1.0' in text
+    assert 'controller_runtime_webhook_requests_total{code="400",webhook="/validate"} 1.0' in text
+    assert 'controller_runtime_webhook_requests_total{code="500",webhook="/validate"} 0.0' in text
+    assert 'controller_runtime_webhook_latency_seconds_bucket{le="0.005",webhook="/mutate"}' in text
+    assert 'controller_runtime_webhook_latency_seconds_bucket{le="10.0",webhook="/mutate"}' in text
+    assert 'controller_runtime_webhook_requests_in_flight{webhook="/mutate"} 0.0' in text
+    assert f'colocation_webhook_build_info{{version="{__version__}"}} 1.0' in text
+    assert "process_resident_memory_bytes " in text and "python_info{" in text and "python_gc_objects_collected_total{" in text
+    by_rule = {m[0]: float(m[1]) for m in re.findall(r'colocation_webhook_patch_operations_total\{rule="([^"]+)"\} (\S+)', text)}
+    assert set(by_rule) <= {"colocation-profile", "priority", "batch-resources"} and "batch-resources" in by_rule
+    assert sum(by_rule.values()) == len(ops)
 
 
 def test_readyz_follows_the_first_sync(cert_dir: Path) -> None:

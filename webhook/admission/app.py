@@ -1,5 +1,6 @@
-"""The FastAPI app (/healthz, /readyz, /metrics, and the review routes for OpenAPI and mounted use) and
-``create_server``, which puts the review dispatcher in front of it: what ``serve`` runs."""
+"""The FastAPI app (/healthz, /readyz, and the review routes for OpenAPI and mounted use), ``create_server``, which
+puts the review dispatcher in front of it (what ``serve`` runs on the admission port), and ``metrics_app``, what
+the metrics port serves."""
 
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webhook import __version__
-from webhook.admission.asgi import ASGIApp, Middleware, ReviewDispatcher, review_answer
+from webhook.admission.asgi import ASGIApp, EdgePolicy, Middleware, ReviewDispatcher, Scope, Send, review_answer
 from webhook.admission.context import Settings
 from webhook.admission.review import AdmissionReview
 from webhook.admission.service import Endpoint, ReviewService, error_body
@@ -40,9 +41,12 @@ _REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(state: ClusterState, settings: Settings | None = None,
-               service: ReviewService | None = None) -> FastAPI:
+               service: ReviewService | None = None, openapi: bool = False) -> FastAPI:
+    """``openapi``: serve /openapi.json and /docs (``serve --openapi``); off by default, they tell a caller
+    everything about the server and nothing the apiserver needs."""
     service = service or ReviewService(state, settings)
-    app = FastAPI(title="colocation-webhook", version=__version__, docs_url=None, redoc_url=None)
+    app = FastAPI(title="colocation-webhook", version=__version__, redoc_url=None,
+                  openapi_url="/openapi.json" if openapi else None, docs_url="/docs" if openapi else None)
     app.state.service = service
 
     async def via_fastapi(request: Request, endpoint: Endpoint) -> Response:
@@ -73,11 +77,6 @@ def create_app(state: ClusterState, settings: Settings | None = None,
             return PlainTextResponse("ok")
         return PlainTextResponse(reason, status_code=503)
 
-    @app.get("/metrics", response_class=PlainTextResponse,
-             responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {}}}})
-    async def metrics_endpoint() -> Response:
-        return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, exc: StarletteHTTPException) -> Response:
         return _error(exc.status_code, str(exc.detail), headers=getattr(exc, "headers", None))
@@ -91,7 +90,7 @@ def create_app(state: ClusterState, settings: Settings | None = None,
         log.error("unexpected error: %s", type(exc).__name__)
         return _error(500, "internal error; see the webhook's log")
 
-    def openapi() -> dict[str, Any]:
+    def openapi_schema() -> dict[str, Any]:
         # The review routes read the raw body for speed, so their schema is registered by hand.
         if app.openapi_schema is None:
             from fastapi.openapi.utils import get_openapi
@@ -103,26 +102,48 @@ def create_app(state: ClusterState, settings: Settings | None = None,
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way; its hints forbid it
+    app.openapi = openapi_schema  # type: ignore[method-assign]  # FastAPI's documented way; its hints forbid it
     return app
 
 
 @dataclass(slots=True, frozen=True)
 class WebhookServer:
-    """What ``serve`` runs: ``asgi`` (the dispatcher, wrapped in any middleware) in front of ``app``."""
+    """What ``serve`` runs: ``asgi`` (the dispatcher, wrapped in any middleware) in front of ``app`` on the
+    admission port, and ``metrics`` on the metrics port."""
 
     asgi: ASGIApp
     app: FastAPI
     service: ReviewService
+    metrics: ASGIApp
 
 
-def create_server(state: ClusterState, settings: Settings | None = None,
-                  middleware: Sequence[Middleware] = ()) -> WebhookServer:
+def create_server(state: ClusterState, settings: Settings | None = None, middleware: Sequence[Middleware] = (),
+                  policy: EdgePolicy | None = None, openapi: bool = False) -> WebhookServer:
     """The review service, the FastAPI app, and the dispatcher in front; ``middleware`` wraps the dispatcher
     (the first listed outermost), so it sees review requests too."""
     service = ReviewService(state, settings)
-    app = create_app(state, settings, service)
-    asgi: ASGIApp = ReviewDispatcher(service, app)
+    app = create_app(state, settings, service, openapi=openapi)
+    asgi: ASGIApp = ReviewDispatcher(service, app, policy)
     for wrap in reversed(middleware):
         asgi = wrap(asgi)
-    return WebhookServer(asgi, app, service)
+    return WebhookServer(asgi, app, service, metrics_app(service.metrics.registry))
+
+
+def metrics_app(registry: CollectorRegistry) -> ASGIApp:
+    """GET /metrics: the Prometheus text of ``registry`` (OpenMetrics and gzip when asked for); 404 elsewhere."""
+    from prometheus_client import make_asgi_app
+
+    exposition = make_asgi_app(registry)
+
+    async def app(scope: Scope, receive: Any, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] == "/metrics":
+            await exposition(scope, receive, send)
+            return
+        if scope["type"] != "http":  # lifespan: nothing to start
+            return
+        body = error_body(404, f"not found: {scope['path']}; this port serves /metrics")
+        await send({"type": "http.response.start", "status": 404,
+                    "headers": [(b"content-type", JSON.encode()), (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    return app

@@ -6,11 +6,25 @@ the hot path, so they skip it. ``ReviewDispatcher`` is the outermost ASGI app ``
 that must see review requests wraps the dispatcher** (``create_server(..., middleware=[...])``); one added to the
 FastAPI app sees every other path only. The service never raises, so there is no exception for a handler to
 catch on this path.
+
+The dispatcher also bounds what reviews may cost the process (``EdgePolicy``): past ``max_in_flight`` reviews at
+once, or ``max_large_in_flight`` large ones (a body over ``large_body_bytes``), it answers 429 with
+``Retry-After`` (Kubernetes' REST client, which the apiserver calls webhooks with, waits and retries on that).
+A large review is answered in a worker thread, one at a time, so the event loop keeps answering /healthz and the
+small reviews meanwhile; small ones stay inline, where a thread hand-off would cost more than the review. After
+the last large review of a burst, glibc is asked to give the freed heap back to the system (``malloc_trim``):
+otherwise the process keeps its peak size.
 """
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import logging
+import time
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission.review import MAX_BODY_BYTES
@@ -24,6 +38,31 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Middleware = Callable[[ASGIApp], ASGIApp]
 
 REVIEW_PATHS: dict[str, Endpoint] = {"/mutate": "mutate", "/validate": "validate"}
+RETRY_AFTER_SECONDS = 1  # the apiserver's webhook timeout is a few seconds: one retry fits
+log = logging.getLogger("webhook.admission")
+
+
+@dataclass(frozen=True, slots=True)
+class EdgePolicy:
+    """What the dispatcher lets through. The defaults hold 8 concurrent maximum-size reviews well inside the
+    manifests' 256 MiB (docs/benchmarks.md, bench/hostile_load.py)."""
+
+    max_in_flight: int = 32          # reviews being read or answered at once; one more is answered 429
+    max_large_in_flight: int = 8     # of them, large ones; each holds its body (up to 3 MiB) while it waits
+    large_body_bytes: int = 64 * 1024  # above this a review is answered in the worker thread
+    require_client_cert: bool = False  # --client-ca-file: reviews only from a client that gave a certificate
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """The listeners and their read limits (``serve``'s flags; ``webhook.admission.serving`` applies them)."""
+
+    host: str = "0.0.0.0"
+    port: int = 8443
+    metrics_port: int = 8080               # 0: no metrics listener
+    read_header_timeout: float = 5.0       # the TLS handshake, then a request's headers
+    read_timeout: float = 10.0             # a whole request, body included, from its first byte
+    graceful_shutdown_seconds: int = 10    # in-flight reviews get this long after SIGTERM
 
 
 def _too_large(length: int | None) -> Answer:
@@ -31,11 +70,16 @@ def _too_large(length: int | None) -> Answer:
     return Answer(413, error_body(413, f"request body is {size}larger than the {MAX_BODY_BYTES} byte limit"))
 
 
+def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+    length = next((v for k, v in headers if k == b"content-length"), None)
+    return int(length) if length is not None and length.isdigit() else None
+
+
 async def read_body(headers: Sequence[tuple[bytes, bytes]], receive: Receive) -> bytes | Answer | None:
     """The request body, read under the size limit; a 413 Answer past it; None when the client went away."""
-    length = next((v for k, v in headers if k == b"content-length"), None)
-    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-        return _too_large(int(length))
+    length = _content_length(headers)
+    if length is not None and length > MAX_BODY_BYTES:
+        return _too_large(length)
     chunks, size, more = [], 0, True
     while more and size <= MAX_BODY_BYTES:
         message = await receive()
@@ -58,22 +102,100 @@ async def review_answer(service: ReviewService, endpoint: Endpoint, scope: Scope
     return service.answer(endpoint, body)
 
 
+def client_certificate(scope: Scope) -> bool:
+    """Whether the connection gave a client certificate (verified against the client CA by the handshake):
+    the ASGI TLS extension's ``client_cert_chain``, which ``webhook.admission.serving`` fills in."""
+    tls = scope.get("extensions", {}).get("tls")
+    return bool(tls and tls.get("client_cert_chain"))
+
+
+def _malloc_trim() -> Callable[[int], object] | None:
+    """glibc's ``malloc_trim(0)``: hand the free heap pages of every arena back to the system. None elsewhere."""
+    try:
+        trim: Callable[[int], object] = ctypes.CDLL("libc.so.6").malloc_trim
+        return trim
+    except (OSError, AttributeError):
+        return None
+
+
 class ReviewDispatcher:
     """POST /mutate and /validate to the review service, straight from ASGI; anything else to ``app``."""
 
-    def __init__(self, service: ReviewService, app: ASGIApp) -> None:
+    def __init__(self, service: ReviewService, app: ASGIApp, policy: EdgePolicy | None = None) -> None:
         self.service = service
         self.app = app
+        self.policy = policy or EdgePolicy()
+        self.in_flight = 0
+        self.large_in_flight = 0
+        self._worker: ThreadPoolExecutor | None = None
+        self._trim = _malloc_trim()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = REVIEW_PATHS.get(scope["path"]) if scope["type"] == "http" else None
         if endpoint is None or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        answer = await review_answer(self.service, endpoint, scope, receive)
-        if answer is None:
-            return
-        await send({"type": "http.response.start", "status": answer.status,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(answer.body)).encode())]})
-        await send({"type": "http.response.body", "body": answer.body})
+        path = scope["path"]
+        metrics = self.service.metrics
+        start = time.perf_counter()
+        in_flight = metrics.in_flight(path)
+        in_flight.inc()
+        try:
+            answer = await self._answer(endpoint, scope, receive)
+            if answer is None:
+                return
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer.body)).encode())]
+            if answer.status == 429:
+                headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
+            await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+            await send({"type": "http.response.body", "body": answer.body})
+            metrics.http_answered(path, answer.status, time.perf_counter() - start)
+        finally:
+            in_flight.dec()
+
+    async def _answer(self, endpoint: Endpoint, scope: Scope, receive: Receive) -> Answer | None:
+        policy = self.policy
+        if policy.require_client_cert and not client_certificate(scope):
+            return Answer(403, error_body(403, "reviews need a client certificate signed by the webhook's "
+                                               "--client-ca-file; this connection gave none"))
+        if self.in_flight >= policy.max_in_flight:
+            return _busy(f"{self.in_flight} reviews are in flight, the limit (--max-in-flight)")
+        length = _content_length(scope["headers"])
+        large = length is not None and length > policy.large_body_bytes
+        if large and self.large_in_flight >= policy.max_large_in_flight:
+            return _busy(f"{self.large_in_flight} large reviews are in flight, the limit (--max-large-in-flight)")
+        self.in_flight += 1
+        self.large_in_flight += large
+        try:
+            body = await read_body(scope["headers"], receive)
+            if body is None or isinstance(body, Answer):
+                return body
+            if not large and len(body) > policy.large_body_bytes:  # no Content-Length: known only now
+                if self.large_in_flight >= policy.max_large_in_flight:
+                    return _busy(f"{self.large_in_flight} large reviews are in flight, the limit "
+                                 "(--max-large-in-flight)")
+                large = True
+                self.large_in_flight += 1
+            if not large:
+                return self.service.answer(endpoint, body)
+            return await self._answer_in_worker(endpoint, body)
+        finally:
+            self.in_flight -= 1
+            if large:
+                self.large_in_flight -= 1
+                if self.large_in_flight == 0 and self._trim is not None:
+                    # The burst is over: give the heap it grew back (in the worker: it takes a few ms).
+                    asyncio.get_running_loop().run_in_executor(self._executor(), self._trim, 0)
+
+    async def _answer_in_worker(self, endpoint: Endpoint, body: bytes) -> Answer:
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), self.service.answer, endpoint, body)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        # One worker: the pod has one CPU, so a second would only hold a second review's memory at the same time.
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-review")
+        return self._worker
+
+
+def _busy(why: str) -> Answer:
+    return Answer(429, error_body(429, f"too many reviews at once: {why}; retry after {RETRY_AFTER_SECONDS} s"))

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from webhook.admission.context import MutatingContext, Settings, ValidatingContext, _Context
+from webhook.admission.context import MutatingContext, Settings, ValidatingContext, _Context, shorten_warning
 from webhook.admission.domain.patch import PatchBuilder
 from webhook.admission.response import Decision, Denial, errored
 from webhook.admission.review import AdmissionRequest
@@ -29,6 +29,7 @@ from webhook.admission.rules import (
     quota_presence,
 )
 from webhook.cluster.state import ClusterState
+from webhook.core.resources import pod_shape_error
 
 __all__ = ["MUTATING", "VALIDATING", "Settings", "mutate", "validate"]
 
@@ -51,15 +52,16 @@ class ValidatingRule(Protocol):
 
 MUTATING: tuple[MutatingRule, ...] = (colocation_profile, priority, batch_resources)
 VALIDATING: tuple[ValidatingRule, ...] = (batch_mixing, batch_units, koordinator_rules, quota_presence)
+CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
 MAX_PASSES = 3  # a rerun is asked for once per pod (a label set where none was); the bound is a guard
 
 C = TypeVar("C", bound=_Context)
 
 
-def _begin(rules: tuple[Any, ...], request: AdmissionRequest,
+def _begin(rules: tuple[Any, ...], request: AdmissionRequest, settings: Settings,
            explain: list[str] | None) -> tuple[list[Any], dict[str, Any]] | Decision:
     """The rules that handle the request and the object they work on, or the answer when there is nothing
-    to run (no rule handles it: allowed; an object that is no object: 400)."""
+    to run (no rule handles it: allowed; an object that is no object, or more containers than the cap: 400)."""
     active = [r for r in rules if r.handles(request)]
     if explain is not None:
         sub = "/" + request.subResource if request.subResource else ""
@@ -71,38 +73,80 @@ def _begin(rules: tuple[Any, ...], request: AdmissionRequest,
     if not isinstance(obj, dict):
         return errored(400, f"request.object must be a {request.kind.kind or 'Pod'} object for "
                             f"{request.operation}, got {type(obj).__name__}")
+    spec = obj.get("spec")
+    if isinstance(spec, dict):  # the work cap, before any rule: the rules' cost grows with the containers
+        n = sum(len(v) for k in CONTAINER_FIELDS if isinstance(v := spec.get(k), list))
+        if n > settings.max_containers:
+            return errored(400, f"the pod has {n} containers (containers, initContainers and ephemeralContainers "
+                                f"together), more than the {settings.max_containers} this webhook reviews "
+                                "(its --max-containers)")
     return active, obj
 
 
-def _run(steps: list[tuple[str, Callable[[C], Denial | None]]], ctx: C) -> Decision | None:
-    """Run the rules in order; the first denial (or a rule that failed) ends the chain as a Decision."""
+def _run(steps: list[tuple[str, Callable[[C], Denial | None]]], ctx: C,
+         ops: list[dict[str, Any]] | None = None, patch_rules: dict[str, int] | None = None) -> Decision | None:
+    """Run the rules in order; the first denial (or a rule that raised) ends the chain as a Decision.
+    ``ops``/``patch_rules``: the patch being built, and where to count the ops each rule adds to it."""
     for name, step in steps:
+        before = len(ops) if ops is not None else 0
         try:
             verdict = step(ctx)
-        except Exception as exc:  # a bug must not become a 500 with a traceback
-            log.exception("rule %s failed on request %s", name, ctx.request.uid)
-            return errored(500, f"internal error in rule {name}: {type(exc).__name__}", rule=name)
+        except Exception as exc:  # a bug must not become a 500 with a traceback, nor block the cluster
+            return _rule_failed(name, exc, ctx)
+        if ops is not None and patch_rules is not None and len(ops) != before:
+            patch_rules[name] = patch_rules.get(name, 0) + len(ops) - before
         if verdict is not None:
             ctx.note(name, f"denied: {verdict.message}")
             return Decision.of(verdict, name, ctx.warnings, ctx.audit_annotations)
     return None
 
 
+def _rule_failed(name: str, exc: Exception, ctx: _Context) -> Decision:
+    """The answer when rule ``name`` raised, as ``--on-rule-error`` says: "allow" answers as if this webhook
+    were not there (allowed, no patch: what failurePolicy Ignore does for a webhook that fails), with a warning
+    naming the rule; "deny" answers a 500 denial. Either way one log line with the review's uid; the traceback
+    only at debug level."""
+    req, policy = ctx.request, ctx.settings.on_rule_error
+    log.error("rule %s raised %s: %s; review %s (%s %s/%s) %s (--on-rule-error %s)", name, type(exc).__name__, exc,
+              req.uid, req.operation, ctx.namespace, ctx.pod_name,
+              "allowed" if policy == "allow" else "denied", policy,
+              extra={"uid": req.uid, "rule": name, "namespace": ctx.namespace, "pod": ctx.pod_name})
+    log.debug("rule %s traceback", name, exc_info=exc)
+    ctx.note(name, f"raised {type(exc).__name__}: {exc}")
+    if policy == "deny":
+        decision = errored(500, f"internal error in rule {name}: {type(exc).__name__}", rule=name)
+    elif isinstance(ctx, MutatingContext):
+        decision = Decision(rule=name, warnings=[shorten_warning(
+            f"colocation-webhook: rule {name} failed ({type(exc).__name__}); admitted without its changes")])
+    else:  # the rules before passed: their warnings and annotations stand
+        warning = shorten_warning(f"colocation-webhook: rule {name} failed ({type(exc).__name__}); admitted "
+                                  "without the remaining checks")
+        decision = Decision(rule=name, warnings=[*ctx.warnings, warning], audit_annotations=ctx.audit_annotations)
+    decision.rule_failed = True
+    return decision
+
+
 def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
            explain: list[str] | None = None, rules: tuple[MutatingRule, ...] = MUTATING) -> Decision:
-    begun = _begin(rules, request, explain)
+    begun = _begin(rules, request, settings, explain)
     if isinstance(begun, Decision):
         return begun
     active, obj = begun
+    # The rules read the pod's outline without checking it (the validating chain refuses a bad one with the
+    # same 400); one that is not what the API defines gets that 400 here too, not a rule's crash.
+    shape = pod_shape_error(obj)
+    if shape is not None:
+        return errored(400, shape)
     # The builder copies on write, so the rules see their own changes while request.object stays as it
     # came (the final no-op check compares against it); no deep copy of the pod.
     patch = PatchBuilder(obj)
     ctx = MutatingContext(request, state, settings, patch.doc, request.oldObject, explain, patch=patch)
     steps = [(r.NAME, r.admit) for r in active]
+    patch_rules: dict[str, int] = {}
     for n in range(1, MAX_PASSES + 1):
         earlier = dict(ctx.audit_annotations)
         ctx.rerun_reason = None
-        denial = _run(steps, ctx)
+        denial = _run(steps, ctx, patch.ops, patch_rules)
         if denial is not None:
             return denial
         for key, value in earlier.items():  # a later pass adds to what a rule said before, never replaces it
@@ -118,13 +162,14 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
     # patch that only changes a number's type (1 -> 1.0 compares equal).
     ops = patch.ops
     if ops and patch.doc == obj and _may_cancel(ops):
-        ops = []
-    return Decision(patch=ops, warnings=ctx.warnings, audit_annotations=ctx.audit_annotations)
+        ops, patch_rules = [], {}
+    return Decision(patch=ops, warnings=ctx.warnings, audit_annotations=ctx.audit_annotations,
+                    patch_rules=patch_rules)
 
 
 def validate(request: AdmissionRequest, state: ClusterState, settings: Settings,
              explain: list[str] | None = None, rules: tuple[ValidatingRule, ...] = VALIDATING) -> Decision:
-    begun = _begin(rules, request, explain)
+    begun = _begin(rules, request, settings, explain)
     if isinstance(begun, Decision):
         return begun
     active, obj = begun

@@ -10,7 +10,7 @@ first denial, into the answer.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from webhook.admission.domain.patch import PatchBuilder
 from webhook.admission.response import WARNING_LIMIT
@@ -18,12 +18,30 @@ from webhook.admission.review import AdmissionRequest
 from webhook.cluster.state import ClusterState
 from webhook.core.resources import ResourceList, resource_lists
 
+RuleErrorPolicy = Literal["allow", "deny"]
+# About 50 ms of rules at most on one core (bench/chain.py: ~35 µs a container); upstream sets no limit, and real
+# pods have a few dozen at the very most.
+MAX_CONTAINERS = 1000
+MAX_PATCH_BYTES = 1024 * 1024  # the patch's JSON; the answer carries it in base64, a third more
+
 
 @dataclass(slots=True)
 class Settings:
-    """Admission configuration from the command line (``--quota-config``)."""
+    """Admission configuration from the command line."""
 
-    limited_resources: list[dict[str, Any]] = field(default_factory=list)
+    limited_resources: list[dict[str, Any]] = field(default_factory=list)  # --quota-config
+    # --on-rule-error: what a review gets when a rule raises. "allow" is fail-open, as failurePolicy Ignore asks
+    # of a webhook that fails; "deny" is fail-closed (a 500 denial).
+    on_rule_error: RuleErrorPolicy = "allow"
+    # The work one review may cost (--max-containers, --max-patch-bytes): past either the review is answered
+    # with a 400 denial naming the limit, before the chain runs or instead of the patch.
+    max_containers: int = MAX_CONTAINERS
+    max_patch_bytes: int = MAX_PATCH_BYTES
+
+
+def shorten_warning(text: str) -> str:
+    """A warning cut to the apiserver's 120 characters."""
+    return text if len(text) < WARNING_LIMIT else text[: WARNING_LIMIT - 2] + "…"
 
 
 @dataclass(slots=True)
@@ -64,8 +82,7 @@ class _Context:
 
     def warn(self, text: str) -> None:
         """A warning for the client (kubectl prints it), shortened to the apiserver's 120 characters."""
-        if len(text) >= WARNING_LIMIT:
-            text = text[: WARNING_LIMIT - 2] + "…"
+        text = shorten_warning(text)
         if text not in self.warnings:
             self.warnings.append(text)
 

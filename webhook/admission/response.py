@@ -28,7 +28,9 @@ class Decision:
     patch: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     audit_annotations: dict[str, str] = field(default_factory=dict)
-    rule: str = ""  # the rule that denied, for metrics and --explain
+    rule: str = ""  # the rule that denied (or failed), for metrics and --explain
+    rule_failed: bool = False  # ``rule`` raised; the answer is what --on-rule-error says
+    patch_rules: dict[str, int] = field(default_factory=dict)  # how many of the patch's ops each rule wrote
 
     @classmethod
     def of(cls, denial: Denial, rule: str, warnings: list[str], audit_annotations: dict[str, str]) -> Decision:

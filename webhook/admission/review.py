@@ -117,8 +117,9 @@ def review_from_dict(data: Any) -> AdmissionReview:
         raise ReviewError(400, "invalid AdmissionReview: object is nested too deeply") from None
 
 
-def encode_response(api_version: str, uid: str, decision: Decision) -> bytes:
-    """The AdmissionReview answer in the request's version, always echoing ``uid``."""
+def encode_response(api_version: str, uid: str, decision: Decision, patch_json: bytes | None = None) -> bytes:
+    """The AdmissionReview answer in the request's version, always echoing ``uid``; ``patch_json``: the
+    decision's patch already as JSON (the service measures it first)."""
     response: dict[str, Any] = {"uid": uid, "allowed": decision.allowed}
     if not decision.allowed:
         response["status"] = {
@@ -127,7 +128,7 @@ def encode_response(api_version: str, uid: str, decision: Decision) -> bytes:
             "message": decision.message,
         }
     elif decision.patch:
-        response["patch"] = base64.b64encode(orjson.dumps(decision.patch)).decode()
+        response["patch"] = base64.b64encode(patch_json or orjson.dumps(decision.patch)).decode()
         response["patchType"] = "JSONPatch"
     if decision.warnings:
         response["warnings"] = list(decision.warnings)

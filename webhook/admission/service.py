@@ -18,8 +18,8 @@ import orjson
 from webhook.admission import chain
 from webhook.admission.context import Settings
 from webhook.admission.metrics import Metrics
-from webhook.admission.response import Decision
-from webhook.admission.review import ReviewError, decode_review, encode_response
+from webhook.admission.response import Decision, errored
+from webhook.admission.review import AdmissionRequest, ReviewError, decode_review, encode_response
 from webhook.cluster.state import ClusterState
 
 log = logging.getLogger("webhook.admission")
@@ -46,6 +46,19 @@ class Answer:
     uid: str = ""
 
 
+def _log_denial(endpoint: Endpoint, req: AdmissionRequest, decision: Decision) -> None:
+    """One info line per denial, with the fields a log pipeline keys on (also as JSON fields)."""
+    obj = req.object if isinstance(req.object, dict) else {}
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    namespace = req.namespace or meta.get("namespace") or ""
+    name = req.name or meta.get("name") or meta.get("generateName") or ""
+    log.info("denied %s/%s (review %s, %s) by rule %s: %s", namespace, name, req.uid, endpoint,
+             decision.rule or "-", decision.message,
+             extra={"uid": req.uid, "namespace": namespace, "pod": name, "rule": decision.rule, "endpoint": endpoint,
+                    "code": decision.code})
+
+
 class ReviewService:
     def __init__(self, state: ClusterState, settings: Settings | None = None, metrics: Metrics | None = None) -> None:
         self.state = state
@@ -69,16 +82,29 @@ class ReviewService:
             else:
                 decision = chain.validate(req, self.state, self.settings, explain)
             try:
-                payload = encode_response(review.apiVersion, req.uid, decision)
+                patch_json = orjson.dumps(decision.patch) if decision.patch else None
             except TypeError:  # orjson: a patch value nested deeper than 255 levels, or a huge integer
                 metrics.request(endpoint, operation, "bad_request")
                 return Answer(400, error_body(400, UNWRITABLE))
-            if not decision.allowed:
-                outcome = "denied"
-                metrics.denied(decision.rule or "unknown")
+            limit = self.settings.max_patch_bytes
+            if patch_json is not None and len(patch_json) > limit:  # the work cap on what the answer carries
+                decision = errored(400, f"the patch for this pod would be {len(patch_json)} bytes, more than the "
+                                        f"{limit} this webhook sends (its --max-patch-bytes)")
+                patch_json = None
+            payload = encode_response(review.apiVersion, req.uid, decision, patch_json)
+            if decision.rule_failed:
+                outcome = "error"
+                metrics.rule_failed(decision.rule)
+            elif not decision.allowed:
+                # A denial without a rule is the chain's own 400: an object that is no object.
+                outcome = "denied" if decision.rule else "bad_request"
+                if decision.rule:
+                    metrics.denied(decision.rule)
+                _log_denial(endpoint, req, decision)
             elif decision.patch:
                 outcome = "patched"
-                metrics.patched(endpoint, len(decision.patch))
+                for rule, ops in decision.patch_rules.items():
+                    metrics.patched(rule, ops)
             else:
                 outcome = "allowed"
             metrics.request(endpoint, operation, outcome)

@@ -1,4 +1,4 @@
-"""Acting on the cluster through the official kubernetes client: evictions, events, node status.
+"""Acting on the cluster through the official kubernetes client: evictions, events.k8s.io/v1 Events, node status.
 
 ``API_CALLS`` names every API write the agent makes; the deployment derives its RBAC from it.
 """
@@ -6,23 +6,30 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
+
+from webhook.agent.domain.event_series import Create, EventKey, Patch, Regarding, SeriesBook
 
 log = logging.getLogger(__name__)
 
 # (apiGroup, resource, verb) for every write below.
 API_CALLS: list[tuple[str, str, str]] = [
     ("", "pods/eviction", "create"),
-    ("", "events", "create"),
+    ("events.k8s.io", "events", "create"),
+    ("events.k8s.io", "events", "patch"),
     ("", "nodes/status", "patch"),
 ]
-COMPONENT = "colocation-agent"
+COMPONENT = "colocation-agent"      # the Events' reportingController
 SMP = "application/strategic-merge-patch+json"
+EVENTS_PATH = "/apis/events.k8s.io/v1/namespaces/{namespace}/events"
+EVENT_PATH = EVENTS_PATH + "/{name}"
 
 
 class EvictOutcome(StrEnum):
@@ -45,27 +52,38 @@ _OUTCOMES = {201: EvictOutcome.EVICTED, 200: EvictOutcome.EVICTED, 429: EvictOut
 
 
 def _status_message(exc: Any) -> str:
-    import json
-
     try:
         return str(json.loads(exc.body).get("message") or exc.reason)
     except (TypeError, ValueError, AttributeError):
         return str(getattr(exc, "reason", exc))
 
 
-def _now_rfc3339() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def _message(data: bytes | str | None, default: str) -> str:
+    """The ``message`` of a Status body, else ``default``."""
+    try:
+        return str(json.loads(data or b"").get("message") or default)
+    except (TypeError, ValueError, AttributeError):
+        return default
+
+
+def _micro_time(seconds: float) -> str:
+    """A metav1.MicroTime: RFC 3339 with exactly six fractional digits, UTC."""
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 class KubeActions:
     """The agent's writes; every call returns or logs, never raises into the control loop."""
 
-    def __init__(self, api_client: Any, node_name: str, timeout: float = 5.0, connect_timeout: float = 1.0) -> None:
+    def __init__(self, api_client: Any, node_name: str, timeout: float = 5.0, connect_timeout: float = 1.0,
+                 series: SeriesBook | None = None, wall: Callable[[], float] = time.time) -> None:
         from kubernetes import client
 
         self._client = client
+        self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.node_name = node_name
+        self.series = series or SeriesBook()
+        self.wall = wall
         self.timeout = timeout
         self.connect_timeout = connect_timeout
         # Set when a call could not reach the API server; until ``begin_cycle``, later calls fail at once, so a
@@ -78,7 +96,6 @@ class KubeActions:
         eviction): build them now, with arguments it refuses before any request, not when a node is short of
         memory."""
         for call, args in ((self.core.create_namespaced_pod_eviction, (None, None, None)),
-                           (self.core.create_namespaced_event, (None, None)),
                            (self.core.patch_node_status, (None, None))):
             with contextlib.suppress(Exception):  # the validation error is the point
                 call(*args)
@@ -113,33 +130,85 @@ class KubeActions:
         except Exception as exc:  # network errors: no more calls this cycle; the next one tries again
             return EvictResult(EvictOutcome.FAILED, None, self._network_error(exc))
 
-    def event(self, involved: dict[str, Any], reason: str, message: str, type_: str = "Warning") -> bool:
-        """A core/v1 Event about ``involved`` (kind, namespace, name, uid, apiVersion)."""
-        namespace = involved.get("namespace") or "default"
+    # -- events.k8s.io/v1 Events, repeats folded into a series ------------------------------------------
+    def event(self, regarding: dict[str, Any], reason: str, note: str, action: str, type_: str = "Warning") -> bool:
+        """Record that ``action`` happened to ``regarding`` (apiVersion, kind, namespace, name, uid) because of
+        ``reason``: a new Event the first time, a patch of its series on a repeat (or nothing yet, when the
+        repeat is folded until ``flush_events``). False when a write was needed and failed."""
         if self.unreachable is not None:
             return False
-        stamp = _now_rfc3339()
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{involved['name']}.{time.time_ns():x}", "namespace": namespace},
-            "involvedObject": involved,
-            "reason": reason, "message": message,
-            "source": {"component": COMPONENT, "host": self.node_name},
-            "firstTimestamp": stamp, "lastTimestamp": stamp, "count": 1, "type": type_,
-            "reportingComponent": COMPONENT, "reportingInstance": self.node_name,
-        }
-        try:
-            # A raw dict body, which the client sends as is (its hints ask for a CoreV1Event model).
-            core: Any = self.core
-            resp: Any = core.create_namespaced_event(namespace, body, _preload_content=False,
-                                                     _request_timeout=self._timeouts())
-            resp.read()
+        ref = Regarding(str(regarding.get("apiVersion") or ""), str(regarding.get("kind") or ""),
+                        str(regarding.get("namespace") or ""), str(regarding.get("name") or ""),
+                        str(regarding.get("uid") or ""))
+        key = EventKey(ref, reason, action)
+        write = self.series.observe(key, self.wall(), self._event_name(ref), ref.namespace or "default", note,
+                                    type_)
+        return True if write is None else self._write(key, write)
+
+    def flush_events(self) -> None:
+        """Send the folded repeats whose patch is due (once per cycle is plenty)."""
+        if self.unreachable is not None:
+            return
+        for key, write in self.series.due(self.wall()):
+            if not self._write(key, write):
+                return
+
+    def _event_name(self, ref: Regarding) -> str:
+        return f"{ref.name or ref.kind.lower()}.{time.time_ns():x}"   # client-go's <regarding>.<unix nanos>
+
+    def _write(self, key: EventKey, write: Create | Patch) -> bool:
+        ns = write.namespace
+        if isinstance(write, Create):
+            status, answer = self._request("POST", EVENTS_PATH, {"namespace": ns}, self._event_body(key, write))
+        else:
+            series = {"series": {"count": write.count, "lastObservedTime": _micro_time(write.last)}}
+            status, answer = self._request("PATCH", EVENT_PATH, {"namespace": ns, "name": write.name}, series, SMP)
+            if status == 404:    # the Event expired (the apiserver's event TTL): the series starts a new object
+                again = self.series.gone(key, self._event_name(key.regarding))
+                return again is not None and self._write(key, again)
+        if 200 <= status < 300:
+            if isinstance(write, Create):
+                self.series.created(key, write, self.wall())
+            else:
+                self.series.patched(key, write, self.wall())
             return True
-        except Exception as exc:  # an event is best effort
-            api = isinstance(exc, self._client.ApiException)
-            log.warning("cannot record event %s on %s/%s: %s", reason, namespace, involved.get("name"),
-                        _status_message(exc) if api else self._network_error(exc))
-            return False
+        self.series.failed(key, write)
+        log.warning("cannot record event %s on %s %s/%s: %s", key.reason, key.regarding.kind, ns,
+                    key.regarding.name, answer)
+        return False
+
+    def _event_body(self, key: EventKey, write: Create) -> dict[str, Any]:
+        ref = key.regarding
+        body: dict[str, Any] = {
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": write.name, "namespace": write.namespace},
+            "eventTime": _micro_time(write.first),
+            "reportingController": COMPONENT, "reportingInstance": self.node_name[:128],
+            "action": key.action, "reason": key.reason, "note": write.note, "type": write.type,
+            "regarding": {"apiVersion": ref.api_version, "kind": ref.kind, "namespace": ref.namespace,
+                          "name": ref.name, "uid": ref.uid},
+        }
+        if write.count > 1:
+            body["series"] = {"count": write.count, "lastObservedTime": _micro_time(write.last)}
+        return body
+
+    def _request(self, method: str, path: str, params: dict[str, str], body: dict[str, Any],
+                 content_type: str = "application/json") -> tuple[int, str]:
+        """One call with a raw JSON body, (status, the Status message or reason). The generated EventsV1Api would
+        first turn the body into its model, whose datetime drops the microseconds a MicroTime must have."""
+        api = self.api_client
+        try:
+            call = api.param_serialize(method=method, resource_path=path, path_params=params, body=body,
+                                       header_params={"Accept": "application/json", "Content-Type": content_type},
+                                       auth_settings=["BearerToken"])
+            resp: Any = api.call_api(*call, _request_timeout=self._timeouts())
+            data = resp.read()
+        except Exception as exc:  # network errors: no more calls this cycle
+            return 0, self._network_error(exc)
+        status = int(resp.status)
+        if 200 <= status < 300:
+            return status, ""
+        return status, f"HTTP {status}: {_message(data, str(getattr(resp, 'reason', '')))}"
 
     def patch_node_status(self, body: dict[str, Any]) -> bool:
         """Strategic-merge patch of ``nodes/<node>/status`` (batch resources, the BEMemoryPressure condition)."""

@@ -28,6 +28,8 @@ from webhook.agent.domain.cgroup_limits import (
     plan_writes,
 )
 from webhook.agent.domain.eviction import (
+    EVENT_ACTION,
+    EVENT_REASON_FAIL,
     EVENT_REASON_SUCCESS,
     EVICT_BY_NODE_MEMORY_USAGE,
     EvictionMemory,
@@ -59,6 +61,7 @@ T = TypeVar("T")
 
 PRESSURE_CONDITION = "BEMemoryPressure"
 PRESSURE_REASON, NO_PRESSURE_REASON = "BEMemoryThresholdMet", "BEMemoryThresholdNotMet"
+CONFIG_EVENT_REASON, CONFIG_EVENT_ACTION = "ColocationCfgInvalid", "LoadConfig"
 
 
 @dataclass
@@ -154,7 +157,7 @@ class Agent:
             meta = cm.get("metadata") or {}
             self.actions.event({"kind": "ConfigMap", "apiVersion": "v1", "namespace": meta.get("namespace"),
                                 "name": meta.get("name"), "uid": meta.get("uid")},
-                               "ColocationCfgInvalid", problem)
+                               CONFIG_EVENT_REASON, problem, CONFIG_EVENT_ACTION)
 
     def _acting(self) -> bool:
         return self.actions is not None and not self.options.dry_run
@@ -192,6 +195,8 @@ class Agent:
             out["cgroupWrites"] = self._enforce(sample, node, views, self.config.config.cpu_suppress_for_node(labels))
         out["batch"] = self._batch(now, sample, node, views, status, colocation)
         out["conditions"] = [self._condition(node, pressure)]
+        if self.actions is not None:
+            self.actions.flush_events()   # repeats folded into a series, once the node's own work is done
         self.metrics.cycle.observe(time.perf_counter() - started)
         return out
 
@@ -262,17 +267,20 @@ class Agent:
         if self.first_evict_at is None:
             self.first_evict_at = time.monotonic()
         result = self.actions.evict(c.namespace, c.name, c.uid)
+        pod = {"kind": "Pod", "apiVersion": "v1", "namespace": c.namespace, "name": c.name, "uid": c.uid}
         if result.outcome is not EvictOutcome.EVICTED:
             log.warning("eviction of %s/%s %s (%s): %s", c.namespace, c.name, result.outcome.value,
                         result.code, result.message)
             self.metrics.eviction_failures.labels(v.reason, result.outcome.value).inc()
+            if result.outcome is not EvictOutcome.GONE:   # no Event about a pod that is not there
+                self.actions.event(pod, EVENT_REASON_FAIL, f"{v.message}, error {result.message or result.outcome}",
+                                   EVENT_ACTION)
             return False
         log.info("evicted %s/%s (usage %d bytes), reason %s, need %d", c.namespace, c.name, c.usage,
                  v.reason, v.need)
         self.metrics.evictions.labels(v.reason).inc()
-        involved = {"kind": "Pod", "apiVersion": "v1", "namespace": c.namespace, "name": c.name, "uid": c.uid}
         reason = EVENT_REASON_SUCCESS if v.reason == EVICT_BY_NODE_MEMORY_USAGE else v.reason
-        self.actions.event(involved, reason, v.message)
+        self.actions.event(pod, reason, v.message, EVENT_ACTION)
         return True
 
     # -- cgroups: BE limits and BE suppression ----------------------------------------------------------

@@ -23,6 +23,7 @@ from webhook.agent.domain.durations import DurationError, parse_duration
 from webhook.agent.domain.memory_notify import MODES
 from webhook.agent.domain.thresholds import ThresholdError, parse_thresholds, parse_transition_period
 from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
+from webhook.cli.common import port as _port
 from webhook.cluster.files import StateFileError
 from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
 from webhook.core.quantity import format_binary_si
@@ -290,16 +291,6 @@ def _seconds(value: str) -> float:
     if not seconds >= 0 or seconds == float("inf"):
         raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {value}")
     return seconds
-
-
-def _port(value: str) -> int:
-    try:
-        port = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {value!r}") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
-    return port
 
 
 def _common(p: argparse.ArgumentParser) -> None:

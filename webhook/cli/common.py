@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import logging
 import sys
 from collections.abc import Callable
@@ -54,19 +55,80 @@ def program_parser(prog: str, description: str) -> tuple[Parser, argparse._SubPa
     return p, sub
 
 
-def setup_logging(fmt: str = "text", level: int = logging.INFO) -> None:
-    """``text`` for people, ``json`` for log pipelines; always on stderr."""
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+class _UTCFormatting:
+    """RFC 3339 timestamps in UTC with milliseconds (2026-11-21T09:30:00.123Z), whatever the host's zone."""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:  # logging's
+        moment = dt.datetime.fromtimestamp(record.created, dt.UTC)
+        return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+class TextFormatter(_UTCFormatting, logging.Formatter):
+    pass
+
+
+def _json_formatter() -> logging.Formatter:
+    from pythonjsonlogger.json import JsonFormatter
+
+    class Json(_UTCFormatting, JsonFormatter):
+        def process_log_record(self, log_data: dict[str, Any]) -> dict[str, Any]:
+            # uvicorn adds an ANSI-coloured copy of some messages for its own console formatter; a log line
+            # is no terminal.
+            log_data.pop("color_message", None)
+            return log_data
+
+    return Json("%(asctime)s %(levelname)s %(name)s %(message)s",
+                rename_fields={"asctime": "time", "levelname": "level"})
+
+
+def setup_logging(fmt: str = "text", level: str | int = "info") -> None:
+    """``text`` for people, ``json`` for log pipelines (one JSON object a line); always on stderr, timestamps in
+    RFC 3339 UTC; ``level`` one of LOG_LEVELS."""
     handler = logging.StreamHandler(sys.stderr)
     if fmt == "json":
-        from pythonjsonlogger.json import JsonFormatter
-
-        handler.setFormatter(JsonFormatter("%(asctime)s %(levelname)s %(name)s %(message)s",
-                                           rename_fields={"asctime": "time", "levelname": "level"}))
+        handler.setFormatter(_json_formatter())
     else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler.setFormatter(TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(level)
+    root.setLevel(level.upper() if isinstance(level, str) else level)
+
+
+def port(value: str) -> int:
+    """An argparse type: a TCP port, 0 for none. argparse prefixes the text with the flag
+    ("argument --metrics-port: must be 0..65535, got 70000")."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid port {value!r}") from None
+    if not 0 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
+    return number
+
+
+def positive(value: str) -> int:
+    """An argparse type: a whole number above 0."""
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number {value!r}") from None
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return number
+
+
+def seconds(value: str) -> float:
+    """An argparse type: a number of seconds above 0."""
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {value!r}") from None
+    if not 0 < number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
+    return number
 
 
 def run_main(prog: str, parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None) -> int:

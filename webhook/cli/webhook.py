@@ -13,13 +13,16 @@ from typing import Any
 import orjson
 import yaml
 
-from webhook.admission.context import Settings
+from webhook.admission.asgi import EdgePolicy, ServeOptions
+from webhook.admission.context import MAX_CONTAINERS, MAX_PATCH_BYTES, Settings
 from webhook.admission.domain.patch import apply_ops
 from webhook.admission.quota_config import QuotaConfigError, load_quota_config
 from webhook.admission.response import Decision, chain_outcome
 from webhook.admission.review import encode_response
 from webhook.admission.service import Answer, Endpoint, ReviewService
-from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
+from webhook.cli.common import LOG_LEVELS, UsageError, positive, program_parser, run_main, setup_logging
+from webhook.cli.common import port as _port
+from webhook.cli.common import seconds as _seconds
 from webhook.cluster.files import StateFileError
 from webhook.cluster.sources import LiveSourceError, Source, build_source, describe
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
@@ -28,13 +31,17 @@ log = logging.getLogger("colocation-webhook")
 EXIT_DENIED = 1
 
 
-def _settings(quota_config: Path | None) -> Settings:
-    if quota_config is None:
-        return Settings()
+def _settings(args: argparse.Namespace) -> Settings:
+    settings = Settings(on_rule_error=getattr(args, "on_rule_error", "allow"),
+                        max_containers=getattr(args, "max_containers", MAX_CONTAINERS),
+                        max_patch_bytes=getattr(args, "max_patch_bytes", MAX_PATCH_BYTES))
+    if args.quota_config is None:
+        return settings
     try:
-        return Settings(limited_resources=load_quota_config(quota_config))
+        settings.limited_resources = load_quota_config(args.quota_config)
     except QuotaConfigError as exc:
         raise UsageError(f"--quota-config: {exc}") from None
+    return settings
 
 
 def _state(cluster_state: Path | None, kubeconfig: str | None = None,
@@ -51,20 +58,22 @@ def _state(cluster_state: Path | None, kubeconfig: str | None = None,
 
 # -- serve ----------------------------------------------------------------------------------
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
-
     from webhook.admission.app import create_server
+    from webhook.admission.serving import AdmissionServer
     from webhook.tls.certs import ensure_localhost
-    from webhook.tls.watch import CertWatcher, WatchingServer, wait_for_pair
+    from webhook.tls.policy import ClientCAError
+    from webhook.tls.watch import wait_for_pair
 
-    setup_logging(args.log_format)
+    setup_logging(args.log_format, args.log_level)
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
         raise UsageError("--tls-cert-file and --tls-private-key-file go together")
     if args.cluster_state is not None and args.kubeconfig:
         raise UsageError("--kubeconfig and --cluster-state are alternatives; give one")
     if args.wait_for_certs and not args.tls_cert_file:
         raise UsageError("--wait-for-certs needs --tls-cert-file and --tls-private-key-file")
-    settings = _settings(args.quota_config)
+    if args.metrics_port and args.metrics_port == args.port:
+        raise UsageError(f"--metrics-port {args.metrics_port} is the admission port (--port); give another, or 0")
+    settings = _settings(args)
     state, source = _state(args.cluster_state, args.kubeconfig, watch=True)
     if args.tls_cert_file:
         cert, key = Path(args.tls_cert_file), Path(args.tls_private_key_file)
@@ -78,22 +87,26 @@ def serve(args: argparse.Namespace) -> int:
         cert, key = paths.cert, paths.key
         log.info("%s a self-signed certificate for localhost: CA %s, certificate %s, key %s",
                  "created" if created else "reusing", paths.ca_cert.resolve(), cert.resolve(), key.resolve())
-    server = create_server(state, settings)
-    config = uvicorn.Config(server.asgi, host=args.host, port=args.port, ssl_certfile=str(cert), ssl_keyfile=str(key),
-                            log_config=None, access_log=False, lifespan="off", server_header=False)
+    policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight,
+                        require_client_cert=args.client_ca_file is not None)
+    webhook = create_server(state, settings, policy=policy, openapi=args.openapi)
+    options = ServeOptions(host=args.host, port=args.port, metrics_port=args.metrics_port,
+                           read_header_timeout=args.read_header_timeout, read_timeout=args.read_timeout)
     try:
-        config.load()
+        # Hot reload of the pair (a renewed Secret, cert-manager): no restart, the old pair serves until then.
+        server = AdmissionServer(webhook, options, cert, key, args.client_ca_file)
+    except ClientCAError as exc:
+        raise UsageError(f"--client-ca-file: {exc}") from None
     except (ssl.SSLError, OSError) as exc:
         raise UsageError(f"cannot load the TLS certificate/key ({cert}, {key}): {exc}") from None
-    assert config.ssl is not None
-    config.ssl.minimum_version = ssl.TLSVersion.TLSv1_2
     log.info("cluster state: %s", describe(args.cluster_state, args.kubeconfig))
-    # Hot reload of the pair (a renewed Secret, cert-manager): no restart, the old pair serves until then.
-    watcher = CertWatcher(config.ssl, cert, key, registry=server.service.metrics.registry)
     source.start()
-    log.info("serving https://%s:%d (/mutate, /validate, /healthz, /readyz, /metrics)", args.host, args.port)
+    routes = "/mutate, /validate, /healthz, /readyz" + (", /openapi.json, /docs" if args.openapi else "")
+    log.info("serving https://%s:%d (%s)%s; metrics %s", args.host, args.port, routes,
+             f", client certificates from {args.client_ca_file} required for reviews" if args.client_ca_file else "",
+             f"on http://{args.host}:{args.metrics_port}/metrics" if args.metrics_port else "off")
     try:
-        WatchingServer(config, watcher).run()
+        server.run()
     finally:
         source.stop()
     return 0
@@ -166,7 +179,7 @@ def _ask(service: ReviewService, endpoint: Endpoint, review: dict[str, Any], pat
 
 
 def review(args: argparse.Namespace) -> int:
-    settings = _settings(args.quota_config)
+    settings = _settings(args)
     state, _ = _state(args.cluster_state)
     old = _load_document(args.old, "--old") if args.old else None
     doc = _load_document(args.file, "FILE")
@@ -279,7 +292,31 @@ def parser() -> argparse.ArgumentParser:
                      help="a folder of manifests to serve from, reloaded when a file changes")
     s.add_argument("--quota-config", type=Path, metavar="F",
                    help="the apiserver's AdmissionConfiguration (ResourceQuota limitedResources) for quota presence")
+    s.add_argument("--client-ca-file", type=Path, metavar="F",
+                   help="PEM CA bundle: reviews are answered only to a client presenting a certificate it signed "
+                        "(the apiserver, through its AdmissionConfiguration kubeConfigFile; docs/deploy.md); "
+                        "/healthz and /readyz stay open to the kubelet's probes")
+    s.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
+                   help="plain-HTTP port of /metrics, apart from the admission port; 0 disables it")
+    s.add_argument("--openapi", action="store_true", help="also serve /openapi.json and /docs")
+    s.add_argument("--on-rule-error", choices=("allow", "deny"), default="allow",
+                   help="a rule that raises: allow the review with a warning naming the rule (fail-open, as "
+                        "failurePolicy Ignore asks), or deny it with a 500 (fail-closed)")
+    s.add_argument("--max-in-flight", type=positive, default=EdgePolicy().max_in_flight, metavar="N",
+                   help="reviews read or answered at once; one more is answered 429 with Retry-After")
+    s.add_argument("--max-large-in-flight", type=positive, default=EdgePolicy().max_large_in_flight, metavar="N",
+                   help="of them, reviews with a body over 64 KiB (answered one at a time off the event loop)")
+    s.add_argument("--max-containers", type=positive, default=MAX_CONTAINERS, metavar="N",
+                   help="a pod with more containers (init, regular and ephemeral together) is denied with a 400")
+    s.add_argument("--max-patch-bytes", type=positive, default=MAX_PATCH_BYTES, metavar="N",
+                   help="a review whose JSONPatch would be larger is denied with a 400")
+    s.add_argument("--read-header-timeout", type=_seconds, default=ServeOptions().read_header_timeout, metavar="S",
+                   help="seconds for the TLS handshake and then for a request's headers; the connection is "
+                        "closed past it")
+    s.add_argument("--read-timeout", type=_seconds, default=ServeOptions().read_timeout, metavar="S",
+                   help="seconds for a whole request, body included, from its first byte (408 past it)")
     s.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
+    s.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the least severe level logged")
     s.set_defaults(func=serve)
 
     r = sub.add_parser("review", help="run the mutate-then-validate chain offline on a pod",

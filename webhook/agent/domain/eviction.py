@@ -20,6 +20,8 @@ from webhook.core.resources import MEMORY, pod_requests
 EVICT_BY_NODE_MEMORY_USAGE = "EvictPodByNodeMemoryUsage"   # the percentage watermark
 KUBELET_EVICTED = "Evicted"                                # a kubelet-style threshold
 EVENT_REASON_SUCCESS = "evictPodSuccess"
+EVENT_REASON_FAIL = "evictPodFail"        # koordlet's, for an eviction the API refused or that failed
+EVENT_ACTION = "Evict"                    # events.k8s.io/v1 wants the action taken too
 COOLDOWN_SECONDS = 4.0            # koordlet --memory-evict-cool-time-seconds
 EVICTED_TTL_SECONDS = 120.0       # koordlet's evicted-pod cache
 CRITICAL_PRIORITY = 2000000000    # kubelet never evicts system-critical pods

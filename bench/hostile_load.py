@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""The webhook under hostile load (issue 12, §1): memory, /healthz and ordinary reviews while large reviews arrive
+at once, and how long slow clients hold connections.
+
+Starts `colocation-webhook serve` from a checkout (--tree, default this one; give another checkout to measure it
+"before") pinned to CPU 0, the clients pinned to CPU 1, then for each kind of large review:
+
+- sends --burst (8) of them at once on fresh TLS connections, --rounds times, 3 s apart;
+- meanwhile probes /healthz as the kubelet does (a new TLS connection each time) every 20 ms, and sends the
+  recorded koord-batch review over a kept-alive connection 20 times a second, as an apiserver would;
+- samples the server's RSS every 20 ms: idle before, the peak, and 5 s after the last burst.
+
+The large reviews: `hostile`, a koord-batch pod of 23 500 minimal containers (3.1 MB, the issue's finding);
+`at-the-caps`, the largest review the webhook answers with a patch: 1 000 containers (its --max-containers
+default) padded with environment variables to 3 MB. Last, --slow (200) clients open TLS connections and send
+their request headers one byte a second: how long the server keeps them, and /healthz meanwhile.
+
+Targets: peak RSS well under the manifests' 256 MiB limit, RSS after within 10 % of idle, /healthz p99 <= 50 ms,
+every ordinary review answered within the apiserver's 3 s timeout.
+
+    python bench/hostile_load.py [--tree DIR] [--burst 8] [--rounds 3] [--slow 200] [--kinds hostile,at-the-caps]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.soak import rss_kib  # noqa: E402
+from bench.webhook_load import DEFAULT_REVIEW, free_port, pinned, wait_ready  # noqa: E402
+
+APISERVER_TIMEOUT = 3.0  # the manifests' timeoutSeconds
+
+
+def large_review(kind: str) -> bytes:
+    review = json.loads(DEFAULT_REVIEW.read_text())
+    resources = {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}
+    if kind == "hostile":
+        containers = [{"name": f"c{i}", "image": "b", "resources": resources} for i in range(23_500)]
+    else:
+        env = [{"name": f"VARIABLE_{j}", "value": "x" * 24} for j in range(46)]
+        containers = [{"name": f"c{i}", "image": "busybox:1.36", "env": env, "resources": resources}
+                      for i in range(1000)]
+    review["request"]["object"]["spec"]["containers"] = containers
+    return json.dumps(review).encode()
+
+
+def percentile(data: list[float], p: float) -> float:
+    if not data:
+        return float("nan")
+    data = sorted(data)
+    return data[min(len(data) - 1, round(p / 100 * (len(data) - 1)))]
+
+
+async def exchange(port: int, ctx: ssl.SSLContext, request: bytes,
+                   conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None) -> tuple[int, bytes]:
+    """One HTTP/1.1 request; on ``conn`` (kept alive) or on a new TLS connection (closed after)."""
+    reader, writer = conn or await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+    try:
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n") if line.lower().startswith(
+            b"content-length:"))
+        return status, await reader.readexactly(length)
+    finally:
+        if conn is None:
+            writer.close()
+
+
+def post(path: str, body: bytes) -> bytes:
+    return (f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+HEALTHZ = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+
+
+@dataclass
+class Watch:
+    """What the background probes saw."""
+
+    healthz_ms: list[float] = field(default_factory=list)
+    healthz_failed: int = 0
+    ordinary_s: list[float] = field(default_factory=list)
+    ordinary_failed: dict[str, int] = field(default_factory=dict)
+    rss_kib: list[tuple[float, int]] = field(default_factory=list)
+
+
+async def probe_healthz(port: int, ctx: ssl.SSLContext, watch: Watch, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        t = time.perf_counter()
+        try:
+            status, _ = await asyncio.wait_for(exchange(port, ctx, HEALTHZ), 10)
+            if status != 200:
+                raise OSError(status)
+            watch.healthz_ms.append((time.perf_counter() - t) * 1000)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError):
+            watch.healthz_failed += 1
+        await asyncio.sleep(max(0.0, 0.02 - (time.perf_counter() - t)))
+
+
+async def ordinary_reviews(port: int, ctx: ssl.SSLContext, body: bytes, watch: Watch, stop: asyncio.Event) -> None:
+    """The recorded review, 20 a second, each on its own schedule (a slow answer does not delay the next)."""
+
+    async def one() -> None:
+        t = time.perf_counter()
+        try:
+            status, _ = await asyncio.wait_for(exchange(port, ctx, post("/mutate?timeout=3s", body)), 30)
+            elapsed = time.perf_counter() - t
+            if status != 200:
+                watch.ordinary_failed[str(status)] = watch.ordinary_failed.get(str(status), 0) + 1
+            elif elapsed > APISERVER_TIMEOUT:
+                watch.ordinary_failed["late"] = watch.ordinary_failed.get("late", 0) + 1
+            watch.ordinary_s.append(elapsed)
+        except (TimeoutError, OSError, asyncio.IncompleteReadError) as exc:
+            watch.ordinary_failed[type(exc).__name__] = watch.ordinary_failed.get(type(exc).__name__, 0) + 1
+
+    tasks = []
+    while not stop.is_set():
+        tasks.append(asyncio.create_task(one()))
+        await asyncio.sleep(0.05)
+    await asyncio.gather(*tasks)
+
+
+async def sample_rss(pid: int, watch: Watch, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        watch.rss_kib.append((time.monotonic(), rss_kib(pid)))
+        await asyncio.sleep(0.02)
+
+
+async def burst_run(port: int, ctx: ssl.SSLContext, pid: int, kind: str, burst: int, rounds: int) -> None:
+    body = large_review(kind)
+    ordinary = DEFAULT_REVIEW.read_bytes()
+    for _ in range(20):  # warm up: imports, memos, TLS session set-up
+        await exchange(port, ctx, post("/mutate", ordinary))
+    await asyncio.sleep(1)
+    idle = rss_kib(pid)
+    watch, stop = Watch(), asyncio.Event()
+    background = [asyncio.create_task(probe_healthz(port, ctx, watch, stop)),
+                  asyncio.create_task(ordinary_reviews(port, ctx, ordinary, watch, stop)),
+                  asyncio.create_task(sample_rss(pid, watch, stop))]
+    await asyncio.sleep(1)
+    statuses: dict[int, int] = {}
+    times: list[float] = []
+    answer_bytes = 0
+
+    async def large() -> None:
+        nonlocal answer_bytes
+        t = time.perf_counter()
+        status, answer = await exchange(port, ctx, post("/mutate?timeout=3s", body))
+        times.append(time.perf_counter() - t)
+        statuses[status] = statuses.get(status, 0) + 1
+        answer_bytes = max(answer_bytes, len(answer))
+
+    for n in range(rounds):
+        await asyncio.gather(*(large() for _ in range(burst)))
+        if n < rounds - 1:
+            await asyncio.sleep(3)
+    await asyncio.sleep(5)
+    stop.set()
+    await asyncio.gather(*background)
+    after = rss_kib(pid)
+    peak = max(r for _, r in watch.rss_kib)
+    mib = 1024
+    print(f"{kind}: {burst} x {len(body) / 1e6:.1f} MB reviews at once, {rounds} rounds")
+    print(f"  large reviews: HTTP status {dict(sorted(statuses.items()))}, answer up to {answer_bytes} bytes, "
+          f"time p50 {statistics.median(times):.2f} s, max {max(times):.2f} s")
+    print(f"  RSS: idle {idle / mib:.1f} MiB, peak {peak / mib:.1f} MiB, 5 s after {after / mib:.1f} MiB "
+          f"({(after - idle) / idle * 100:+.1f} % of idle)")
+    print(f"  /healthz (new TLS connection each, every 20 ms): {len(watch.healthz_ms)} ok, {watch.healthz_failed} "
+          f"failed; p50 {percentile(watch.healthz_ms, 50):.1f} ms, p99 {percentile(watch.healthz_ms, 99):.1f} ms, "
+          f"max {max(watch.healthz_ms, default=float('nan')):.1f} ms")
+    print(f"  ordinary reviews (20/s, a new TLS connection each): {len(watch.ordinary_s)} answered, "
+          f"failed or later than {APISERVER_TIMEOUT:g} s: {watch.ordinary_failed or 0}; "
+          f"p50 {percentile(watch.ordinary_s, 50) * 1000:.1f} ms, "
+          f"p99 {percentile(watch.ordinary_s, 99) * 1000:.1f} ms, "
+          f"max {max(watch.ordinary_s, default=float('nan')) * 1000:.1f} ms")
+
+
+async def slow_clients(port: int, ctx: ssl.SSLContext, n: int, cap: float = 30.0) -> None:
+    """``n`` clients sending their headers a byte a second: how long until the server closes each."""
+    held: list[float] = []
+
+    async def slow() -> None:
+        t = time.perf_counter()
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=ctx, server_hostname="localhost")
+        except OSError:
+            return
+        try:
+            request = post("/mutate", b"{}")
+            for byte in request:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    if await asyncio.wait_for(reader.read(1), 1.0) == b"" or reader.at_eof():
+                        break  # the server closed it
+                if time.perf_counter() - t > cap:
+                    break
+        except (OSError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            held.append(time.perf_counter() - t)
+            writer.close()
+
+    watch, stop = Watch(), asyncio.Event()
+    probe = asyncio.create_task(probe_healthz(port, ctx, watch, stop))
+    await asyncio.gather(*(slow() for _ in range(n)))
+    stop.set()
+    await probe
+    print(f"slow clients: {n} TLS connections sending headers at 1 byte/s (capped at {cap:g} s): held "
+          f"p50 {statistics.median(held):.1f} s, max {max(held):.1f} s; /healthz meanwhile p99 "
+          f"{percentile(watch.healthz_ms, 99):.1f} ms, {watch.healthz_failed} failed")
+
+
+@contextlib.contextmanager
+def server(tree: Path, work: Path) -> Iterator[tuple[int, int, Path]]:
+    sys.path.insert(0, str(ROOT))
+    from webhook.tls.certs import ensure_localhost
+
+    certs, _ = ensure_localhost(work / "certs")
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
+           "--tls-cert-file", str(certs.cert), "--tls-private-key-file", str(certs.key)]
+    usage = subprocess.run([sys.executable, "-m", "webhook.cli.webhook", "serve", "--help"], env=env,
+                           capture_output=True, text=True).stdout
+    if "--metrics-port" in usage:
+        cmd += ["--metrics-port", str(free_port()), "--log-level", "warning"]
+    log = open(work / "serve.log", "w")  # noqa: SIM115  # closed below
+    proc = subprocess.Popen(pinned(cmd, "0"), cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=log)
+    try:
+        wait_ready(f"https://localhost:{port}", certs.ca_cert)
+        yield port, proc.pid, certs.ca_cert
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tree", type=Path, default=ROOT, help="the checkout to run (default: this one)")
+    ap.add_argument("--burst", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--slow", type=int, default=200, help="slow clients (0 to skip)")
+    ap.add_argument("--kinds", default="hostile,at-the-caps")
+    args = ap.parse_args()
+    with contextlib.suppress(OSError):
+        os.sched_setaffinity(0, {1})  # the clients on CPU 1, the server on CPU 0
+    print(f"server: {args.tree.resolve()} (pinned to CPU 0); clients pinned to CPU 1")
+    for kind in args.kinds.split(","):
+        with tempfile.TemporaryDirectory() as tmp, server(args.tree, Path(tmp)) as (port, pid, ca):
+            ctx = ssl.create_default_context(cafile=str(ca))
+            asyncio.run(burst_run(port, ctx, pid, kind, args.burst, args.rounds))
+    if args.slow:
+        with tempfile.TemporaryDirectory() as tmp, server(args.tree, Path(tmp)) as (port, _, ca):
+            ctx = ssl.create_default_context(cafile=str(ca))
+            asyncio.run(slow_clients(port, ctx, args.slow))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,255 @@
+"""What ``serve`` runs: uvicorn, with the read limits it lacks, and the metrics port beside the admission port.
+
+uvicorn bounds neither how long a client may take to send its request nor how large its headers may grow:
+a client that connects and trickles bytes holds a connection (and the headers read so far) for as long as it
+likes. ``GuardedProtocol`` is uvicorn's httptools protocol with Go's net/http limits added:
+
+- ``read_header_timeout``: the request's headers are complete within this time of its first byte, or of the
+  connection when nothing has come yet (the TLS handshake gets the same time, through the event loop);
+- ``read_timeout``: the whole request, body included, within this time of its first byte;
+- ``MAX_HEADER_BYTES`` of request line and headers (431 past it).
+
+A request over time gets 408 and the connection is closed (an idle one is closed without a word, as after
+uvicorn's keep-alive timeout); each counts in ``colocation_webhook_read_timeouts_total{phase}``.
+
+The protocol also puts the ASGI TLS extension into each request's scope (``client_cert_chain``,
+``client_cert_name``, ``tls_version``), from which the dispatcher tells whether the client gave a certificate.
+
+``AdmissionServer`` serves the admission port (TLS) and, on the same event loop, the metrics port: plain HTTP, as
+controller-runtime's metrics endpoint is, so a Prometheus needs no admission CA to scrape it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import ssl
+import sys
+from pathlib import Path
+from typing import Any, ClassVar
+
+import uvicorn
+from uvicorn.config import STARTUP_FAILURE
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+from webhook.admission.app import WebhookServer
+from webhook.admission.asgi import ServeOptions
+from webhook.admission.metrics import Metrics
+from webhook.tls.policy import apply_policy
+from webhook.tls.watch import CertWatcher, WatchingServer
+
+log = logging.getLogger("webhook.admission.serving")
+MAX_HEADER_BYTES = 64 * 1024  # the apiserver sends a few hundred bytes; Go's default is 1 MiB
+TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}  # the ASGI TLS extension's tls_version values
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with read deadlines and a header size limit (see the module's text).
+    ``limits`` subclasses set the class attributes."""
+
+    read_header_timeout: ClassVar[float] = 5.0
+    read_timeout: ClassVar[float] = 10.0
+    metrics: ClassVar[Metrics | None] = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deadline: asyncio.TimerHandle | None = None
+        self._phase = "idle"         # what the deadline waits for: idle (nothing sent yet), headers, body
+        self._started = 0.0          # loop time of the current request's first byte
+        self._header_bytes = 0
+        self._tls: dict[object, object] | None = None
+
+    @classmethod
+    def limits(cls, options: ServeOptions, metrics: Metrics | None) -> type[GuardedProtocol]:
+        return type("GuardedProtocol", (cls,), {"read_header_timeout": options.read_header_timeout,
+                                                "read_timeout": options.read_timeout, "metrics": metrics})
+
+    # -- the deadlines ----------------------------------------------------------------------------
+    def _arm(self, seconds: float, phase: str) -> None:
+        self._disarm()
+        self._phase = phase
+        self._deadline = self.loop.call_later(max(seconds, 0.0), self._expired)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _expired(self) -> None:
+        self._deadline = None
+        if self.transport.is_closing():
+            return
+        phase = self._phase
+        if phase == "idle":  # connected and sent nothing: closed without a word, as after a keep-alive
+            self.transport.close()
+            return
+        if self.metrics is not None:
+            self.metrics.read_timeout(phase)
+        cycle = self.cycle
+        if phase == "headers" or cycle is None or not cycle.response_started:
+            self._refuse(408, f"the request {phase} did not arrive within "
+                              f"{self.read_header_timeout if phase == 'headers' else self.read_timeout:g} s")
+        else:  # the app answered without reading the whole body: nothing more to say
+            self.transport.close()
+
+    def _refuse(self, status: int, text: str) -> None:
+        """A plain answer written straight to the socket, then the connection closes."""
+        reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
+        body = text.encode()
+        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+                             b"connection: close\r\n\r\n%s" % (status, reason, len(body), body))
+        self.transport.close()
+
+    # -- uvicorn's callbacks ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
+        super().connection_made(transport)
+        self._tls = _tls_extension(transport)
+        self._arm(self.read_header_timeout, "idle")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._started = self.loop.time()
+        self._header_bytes = 0
+        if self._phase == "idle" and self._deadline is not None:
+            self._phase = "headers"  # the first request: its headers are due read_header_timeout after connecting
+        else:  # a kept-alive connection: from this request's first byte
+            self._arm(self.read_header_timeout, "headers")
+        if self._tls is not None:
+            self.scope["extensions"] = {"tls": self._tls}
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._count(len(name) + len(value))
+        super().on_header(name, value)
+
+    def _count(self, n: int) -> None:
+        self._header_bytes += n
+        if self._header_bytes > MAX_HEADER_BYTES:
+            self._disarm()
+            self._refuse(431, f"the request line and headers exceed {MAX_HEADER_BYTES} bytes")
+            raise _HeadersTooLarge  # stops the parser; uvicorn's 400 for it is skipped below
+
+    def send_400_response(self, msg: str) -> None:
+        if not self.transport.is_closing():  # after a 431, the connection is closing already
+            super().send_400_response(msg)
+
+    def on_headers_complete(self) -> None:
+        self._arm(self.read_timeout - (self.loop.time() - self._started), "body")
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()
+        self._phase = "done"
+        super().on_message_complete()
+
+
+class _HeadersTooLarge(Exception):
+    pass
+
+
+def _tls_extension(transport: asyncio.Transport) -> dict[object, object] | None:
+    """The ASGI TLS extension of a connection, or None on plain HTTP. The chain holds the client's own
+    certificate only: that is all Python's ssl module hands over, and all the dispatcher needs."""
+    ssl_object = transport.get_extra_info("ssl_object")
+    if not isinstance(ssl_object, ssl.SSLObject | ssl.SSLSocket):
+        return None
+    der = ssl_object.getpeercert(binary_form=True)
+    subject = (ssl_object.getpeercert() or {}).get("subject", ()) if der else ()
+    name = ",".join(f"{k}={v}" for rdn in reversed(subject) for k, v in rdn) or None
+    return {"server_cert": None, "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)] if der else [],
+            "client_cert_name": name, "client_cert_error": None,
+            "tls_version": TLS_VERSIONS.get(ssl_object.version() or ""), "cipher_suite": None}
+
+
+class _LoopMixin:
+    """An event loop whose TLS servers give up a handshake after ``handshake_timeout`` seconds (asyncio's
+    default is 60, and uvicorn passes none)."""
+
+    handshake_timeout = 5.0
+
+    async def create_server(self, *args: Any, **kwargs: Any) -> Any:
+        if kwargs.get("ssl") is not None:
+            kwargs.setdefault("ssl_handshake_timeout", self.handshake_timeout)
+        return await super().create_server(*args, **kwargs)  # type: ignore[misc]  # the loop class mixed in
+
+
+def _loop_class() -> type[asyncio.AbstractEventLoop]:
+    try:
+        import uvloop
+    except ImportError:  # uvicorn[standard] brings uvloop; plain asyncio otherwise
+        return type("Loop", (_LoopMixin, asyncio.SelectorEventLoop), {})
+    return type("Loop", (_LoopMixin, uvloop.Loop), {})
+
+
+class AdmissionServer(WatchingServer):
+    """The admission port (TLS by ``webhook.tls.policy``, the pair hot-reloaded when ``watch_certs``) and the
+    metrics port, on one event loop. Raises ``ssl.SSLError``/``OSError`` for a pair that does not load and
+    ``ClientCAError`` for a client CA that does not."""
+
+    def __init__(self, webhook: WebhookServer, options: ServeOptions, cert: Path, key: Path,
+                 client_ca: Path | None = None, watch_certs: bool = True) -> None:
+        metrics = webhook.service.metrics
+        protocol = GuardedProtocol.limits(options, metrics)
+        config = uvicorn.Config(webhook.asgi, host=options.host, port=options.port, http=protocol,
+                                ssl_certfile=str(cert), ssl_keyfile=str(key), log_config=None, access_log=False,
+                                lifespan="off", server_header=False,
+                                timeout_graceful_shutdown=options.graceful_shutdown_seconds)
+        config.load()
+        assert config.ssl is not None
+        apply_policy(config.ssl, client_ca)
+        watcher = CertWatcher(config.ssl, cert, key, registry=metrics.registry) if watch_certs else None
+        super().__init__(config, watcher)
+        self.options = options
+        self.protocol = protocol
+        self.metrics_config: uvicorn.Config | None = None
+        self.metrics_listener: asyncio.Server | None = None
+        self._metrics_state = ServerState()
+        if options.metrics_port:
+            self.metrics_config = uvicorn.Config(webhook.metrics, host=options.host, port=options.metrics_port,
+                                                 http=protocol, log_config=None, access_log=False, lifespan="off",
+                                                 server_header=False)
+            self.metrics_config.load()
+
+    def run(self, sockets: list[socket.socket] | None = None) -> None:
+        loop_class = _loop_class()
+
+        def new_loop() -> asyncio.AbstractEventLoop:
+            loop = loop_class()
+            loop.handshake_timeout = self.options.read_header_timeout  # type: ignore[attr-defined]  # _LoopMixin
+            return loop
+
+        with asyncio.Runner(loop_factory=new_loop) as runner:
+            runner.run(self.serve(sockets=sockets))
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        mconfig = self.metrics_config
+        if not self.started or mconfig is None:
+            return
+        loop = asyncio.get_running_loop()
+        state = self._metrics_state
+        protocol = self.protocol
+        try:
+            self.metrics_listener = await loop.create_server(
+                lambda: protocol(config=mconfig, server_state=state, app_state={}, _loop=loop),
+                host=mconfig.host, port=mconfig.port)
+        except OSError as exc:  # as uvicorn does for the admission port
+            log.error("cannot listen on the metrics port (--metrics-port %d): %s", mconfig.port, exc.strerror or exc)
+            sys.exit(STARTUP_FAILURE)
+        log.info("metrics on http://%s:%d/metrics", mconfig.host, mconfig.port)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.metrics_listener is not None:
+            self.metrics_listener.close()
+            for connection in list(self._metrics_state.connections):
+                connection.shutdown()
+        await super().shutdown(sockets=sockets)
