@@ -5,8 +5,10 @@
 1. One collect-decide-enforce cycle, CPU time, over generated cgroup v2 trees (10/100/250 pods) and, as root,
    over real cgroup v1 folders (250 pods). Target: <= 20 ms at 250 pods.
 2. Resident memory after many cycles (target <= 80 MB).
-3. Idle CPU of ``run_loop`` with 250 pods in real cgroups, 1 s interval, memory notifications on
-   (target <= 1 % of a core).
+3. Idle CPU of ``colocation-agent run`` with 250 pods in real cgroups, 1 s interval, memory notifications on
+   (target <= 1 % of a core). The node object carries the batch figures the agent publishes, as a live source
+   shows it after the first status patch; a files state never shows the patch, so the last figure, without
+   them, has a status patch every cycle.
 4. Reaction latency on the real kernel: a child process in a BE pod's cgroup allocates past a watermark set just
    above the machine's usage; from the moment ``MemTotal - MemAvailable`` crosses it (the child samples meminfo
    after every MiB) to the Eviction request reaching a local API server, and to the agent issuing it (its own log
