@@ -4,6 +4,7 @@ metrics, /healthz, and an unreachable API server."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -336,3 +337,102 @@ def test_unreachable_api_costs_one_timeout_per_cycle_and_cgroups_are_still_enfor
 
 def test_recorded_node_has_the_capacity_the_tests_assume() -> None:
     assert recorded("nodes-get")["status"]["capacity"]["cpu"] == "8"
+
+
+# -- what is read when ----------------------------------------------------------------------------------------
+def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from webhook.agent.cgroups import CgroupFiles
+
+    reads: list[str] = []
+    real = CgroupFiles._read
+
+    def counted(self: CgroupFiles, path: str) -> str | None:
+        reads.append(path)
+        return real(self, path)
+
+    monkeypatch.setattr(CgroupFiles, "_read", counted)
+    return reads
+
+
+def test_a_value_changed_behind_the_agents_back_is_put_back_within_the_verify_period(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhook.agent.cgroups import VERIFY_SECONDS
+
+    state = _state(write_state(tmp_path / "state"))
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, 2, "cgroupfs")
+    agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state)
+    first = agent.cycle(now=0.0)["cgroupWrites"]
+    reads = _counting_reads(monkeypatch)
+    assert agent.cycle(now=1.0)["cgroupWrites"] == []      # the written folders read again, in place
+    reads.clear()
+    assert agent.cycle(now=2.0)["cgroupWrites"] == []
+    assert reads == []                                      # a steady node: nothing read again so soon
+    memory_max = cg / f"kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}/memory.max"
+    memory_max.write_text("max\n")                          # someone else's write
+    now, put_back = 3.0, None
+    while put_back is None and now <= 2.0 + VERIFY_SECONDS:
+        if agent.cycle(now=now)["cgroupWrites"]:
+            put_back = now
+        now += 1.0
+    assert put_back is not None and memory_max.read_text() == str(4 * GI)
+    # Over any period every BE folder (and the besteffort folder) is read, each file at most twice.
+    reads.clear()
+    for i in range(int(VERIFY_SECONDS)):
+        assert agent.cycle(now=now + i)["cgroupWrites"] == []
+    folders = {str(Path(r).parent.relative_to(cg)) for r in reads}
+    assert folders == {w["path"] for w in first} | {"kubepods/besteffort"}
+    assert len(folders) == 4 * 2 + 1
+    assert max(reads.count(r) for r in reads) <= 2
+
+
+def test_a_changed_pod_object_is_read_again_and_a_pod_that_left_is_forgotten(tmp_path: Path) -> None:
+    import copy
+
+    state = _state(write_state(tmp_path / "state"))
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, 2, "cgroupfs")
+    agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state)
+    agent.cycle(now=0.0)
+    agent.cycle(now=1.0)
+    pods = state.objects("Pod")
+    be0 = next(p for p in pods if p["metadata"]["uid"] == BE_BATCH_0)
+    bigger = copy.deepcopy(be0)
+    bigger["spec"]["containers"][0]["resources"]["limits"]["kubernetes.io/batch-memory"] = str(6 * GI)
+    state.replace_all({"Pod": [bigger if p is be0 else p for p in pods], "Node": state.objects("Node"),
+                       "ConfigMap": state.objects("ConfigMap")})
+    writes = agent.cycle(now=2.0)["cgroupWrites"]           # within the verify period: the new object is read
+    assert {"path": f"kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}", "file": "memory.max",
+            "value": str(6 * GI)} in writes
+    files = agent._cgroups
+    assert files is not None and BE_BATCH_0 in files._seen
+    state.replace_all({"Pod": [p for p in state.objects("Pod") if p["metadata"]["uid"] != BE_BATCH_0],
+                       "Node": state.objects("Node"), "ConfigMap": state.objects("ConfigMap")})
+    assert any(BE_BATCH_0 in path for path in files._fds)   # the files it read, kept open
+    open_before = len(os.listdir("/proc/self/fd"))
+    agent.cycle(now=3.0)
+    assert BE_BATCH_0 not in files._seen
+    assert not any(BE_BATCH_0 in path for path in files._fds)
+    # Its six limit files closed (pod and container: quota, weight, memory); its folder is still there, so the
+    # collector still reads its usage.
+    assert len(os.listdir("/proc/self/fd")) == open_before - 6
+    kept = len(files._fds)
+    files.close()
+    assert len(os.listdir("/proc/self/fd")) == open_before - 6 - kept
+
+
+def test_a_dropped_agent_closes_the_files_it_kept_open(tmp_path: Path) -> None:
+    import gc
+
+    state = _state(write_state(tmp_path / "state"))
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = tree(tmp_path, 1, "cgroupfs")
+    before = len(os.listdir("/proc/self/fd"))
+    agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state)
+    agent.cycle(now=0.0)
+    agent.cycle(now=1.0)
+    files = agent._cgroups
+    assert files is not None and len(files._fds) == 4 * 2 * 4 + 2   # BE pods' folders: 4 files each; besteffort
+    del agent, files
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before

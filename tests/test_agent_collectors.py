@@ -105,3 +105,40 @@ def test_pod_vanishing_between_scan_and_read(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(col, "pod_dirs", scan_then_vanish)
     s = Collector(tmp_path / "proc", cg).collect(0)
     assert s.pods[PODS[0].uid] == col.PodUsage(None, None)
+
+
+def test_usage_files_stay_open_and_a_pod_that_left_has_them_closed(tmp_path: Path) -> None:
+    import shutil
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    write_proc(tmp_path / "proc", 32 * GI, 8 * GI)
+    cg = write_cgroup_v2(tmp_path / "cg", PODS)
+    before = open_fds()
+    c = Collector(tmp_path / "proc", cg)
+    c.collect(0.0)
+    assert open_fds() == before + 2 + 3 * len(PODS)      # meminfo, stat; memory.current, memory.stat, cpu.stat
+    (pod_dir_v2(cg, PODS[0]) / "memory.current").write_text(f"{400 * MI}\n")
+    assert c.collect(1.0).pods[PODS[0].uid].memory == 300 * MI     # read again through the open file
+    shutil.rmtree(pod_dir_v2(cg, PODS[0]))
+    s = c.collect(2.0)
+    assert PODS[0].uid not in s.pods and open_fds() == before + 2 + 3 * (len(PODS) - 1)
+    c.close()
+    assert open_fds() == before
+    dropped = Collector(tmp_path / "proc", cg)
+    dropped.collect(0.0)
+    assert open_fds() > before
+    del dropped                                          # a collector dropped closes what it kept open
+    assert open_fds() == before
+
+
+def test_memory_stat_is_read_again_after_stat_seconds_only(tmp_path: Path) -> None:
+    write_proc(tmp_path / "proc", 32 * GI, 8 * GI)
+    cg = write_cgroup_v2(tmp_path / "cg", PODS)
+    c = Collector(tmp_path / "proc", cg, stat_seconds=5.0)
+    assert c.collect(0.0).pods[PODS[0].uid].memory == 200 * MI
+    (pod_dir_v2(cg, PODS[0]) / "memory.stat").write_text("inactive_file 0\n")
+    assert c.collect(4.0).pods[PODS[0].uid].memory == 200 * MI    # page cache moves slowly: read every 5 s
+    assert c.pod_memory(4.5, [PODS[0].uid, "not-a-pod"]) == {PODS[0].uid: 200 * MI, "not-a-pod": None}
+    assert c.collect(5.0).pods[PODS[0].uid].memory == 300 * MI

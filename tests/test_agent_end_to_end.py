@@ -306,6 +306,55 @@ def test_refused_eviction_moves_on_and_nothing_beyond_need(tmp_path: Path, srv: 
     assert not srv.requests_to("POST", _evict_path("ls-web-0"))
 
 
+def test_the_eviction_request_goes_before_the_rest_of_the_node_is_measured(tmp_path: Path, srv: ReplayAPIServer,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    _routes_for_acting(srv)
+    usage = {"be-protected": 3 * GI, "be-evict-ok": 5 * GI // 2, "ls-web-0": 8 * GI}
+    agent = _acting_agent(tmp_path, srv, usage)
+    ticks = iter([100.0, 103.5])
+    agent.clock = lambda: next(ticks)
+    measured: list[tuple[float, float]] = []       # (when, the stamp the CPU counters got)
+    real_collect, real_pod_memory = Collector.collect, Collector.pod_memory
+    asked: list[list[str]] = []
+
+    def collect(self: Collector, now: float) -> Any:
+        measured.append((time.monotonic(), now))
+        return real_collect(self, now)
+
+    def pod_memory(self: Collector, now: float, uids: Any) -> Any:
+        asked.append(list(uids))
+        return real_pod_memory(self, now, uids)
+
+    monkeypatch.setattr(Collector, "collect", collect)
+    monkeypatch.setattr(Collector, "pod_memory", pod_memory)
+    out = agent.cycle()
+    assert [e["name"] for e in out["evictions"]] == ["be-evict-ok"]
+    first = next(r for r in srv.received if r.path.endswith("/eviction"))
+    assert len(measured) == 1 and first.at < measured[0][0]   # the request first, then the pods' CPU and the rest
+    assert measured[0][1] == 103.5                             # counters stamped when read, not when the cycle began
+    pods = pods_by_name()
+    be = {pods[n]["metadata"]["uid"] for n in pods if n.startswith("be-")}
+    assert len(asked) == 1 and set(asked[0]) == be              # only the BE pods' memory before the request
+    assert out["memory"]["usedBytes"] == 24 * GI and out["cgroupWrites"]
+
+
+def test_the_nodes_pods_are_one_list_until_the_state_changes(tmp_path: Path) -> None:
+    import copy
+
+    state = _state(write_state(tmp_path / "state"))
+    pods = state.pods_on_node(NODE)
+    assert state.pods_on_node(NODE) is pods               # the agent's per-pod work is kept while it is the same
+    extra = copy.deepcopy(pods[0])
+    extra["metadata"].update(name="be-new", uid="00000000-0000-4000-8000-00000000000a")
+    state.upsert("Pod", extra)
+    assert extra in state.pods_on_node(NODE) and state.pods_on_node(NODE) is not pods
+    state.delete("Pod", extra)
+    assert extra not in state.pods_on_node(NODE)
+    assert state.pods_on_node("another-node") == []
+
+
 def test_dry_run_acts_on_nothing(tmp_path: Path, srv: ReplayAPIServer) -> None:
     usage = {"be-evict-ok": 5 * GI // 2, "ls-web-0": 8 * GI}
     agent = _acting_agent(tmp_path, srv, usage, dry_run=True)

@@ -12,11 +12,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from webhook.agent.actions import EvictOutcome, KubeActions
 from webhook.agent.cgroups import CgroupFiles
-from webhook.agent.collectors import CollectError, Collector, Layout, Sample
+from webhook.agent.collectors import CollectError, Collector, Layout, Sample, used_memory
 from webhook.agent.domain import batch_allocatable as batchcalc
 from webhook.agent.domain import cpu_suppress as suppress
 from webhook.agent.domain.cgroup_limits import (
@@ -57,6 +57,7 @@ from webhook.core.quantity import QuantityError, int_value, milli_value, parse_q
 from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
 
 log = logging.getLogger("colocation-agent")
+T = TypeVar("T")
 
 PRESSURE_CONDITION = "BEMemoryPressure"
 PRESSURE_REASON, NO_PRESSURE_REASON = "BEMemoryThresholdMet", "BEMemoryThresholdNotMet"
@@ -78,6 +79,28 @@ def _quantity(raw: Any) -> Any:
         return parse_quantity(raw) if raw is not None else None
     except QuantityError:
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class PodView:
+    """What a cycle needs of one pod object, worked out once per object (sources replace whole objects)."""
+
+    obj: dict[str, Any]
+    uid: str
+    be: bool                  # Koordinator BE: may be evicted, gets batch limits
+    besteffort: bool          # in the besteffort cgroup: BE, or the kubelet's BestEffort
+    finished: bool            # Succeeded or Failed
+    cpu_request_milli: int
+    memory_request: int
+
+
+def pod_view(pod: dict[str, Any]) -> PodView:
+    be = is_be(pod)
+    req = pod_requests(pod)
+    return PodView(pod, (pod.get("metadata") or {}).get("uid") or "", be,
+                   be or kube_qos_class(pod) == "BestEffort",
+                   (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+                   milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0)
 
 
 def _wall() -> str:
@@ -104,8 +127,9 @@ class Agent:
         self.last_batch_update: float | None = None
         self.last_condition: str | None = None
         self._last_collect_error: str | None = None
-        self._request_cache: dict[str, tuple[dict[str, Any], tuple[int, int]]] = {}
-        self._class_cache: dict[str, tuple[dict[str, Any], bool, bool]] = {}
+        self._views: dict[int, PodView] = {}    # id(pod object) -> its view; the view holds the object
+        self._views_of: list[dict[str, Any]] | None = None   # the pod list they were made for
+        self._view_list: list[PodView] = []
         self._cgroups: CgroupFiles | None = None
         self._planned = True                     # the last plan had writes (or there was none yet)
         self._suppress_recovered = False        # koordlet recovers the besteffort quota once when not suppressing
@@ -141,19 +165,13 @@ class Agent:
     # -- the cycle --------------------------------------------------------------------------------
     def cycle(self, now: float | None = None) -> dict[str, Any]:
         started = time.perf_counter()
+        at = now
         now = self.clock() if now is None else now
         node, pods, cm = self._cluster()
+        views = self._pod_views(pods)
         self._config(cm)
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         colocation, watermark = self.config.config.for_node(labels)
-        try:
-            sample: Sample | None = self.collector.collect(now)
-            self._last_collect_error = None
-        except CollectError as exc:
-            sample = None
-            if str(exc) != self._last_collect_error:
-                log.error("cannot measure the node, no eviction this cycle: %s", exc)
-                self._last_collect_error = str(exc)
         status = (node or {}).get("status") or {}
         out: dict[str, Any] = {"node": self.node_name, "memory": None, "releaseTargetBytes": 0, "evictions": [],
                                "batch": {name: 0 for name in BATCH_RESOURCES}, "conditions": [],
@@ -161,25 +179,55 @@ class Agent:
         self.first_evict_at = None
         if self.actions is not None:
             self.actions.begin_cycle()
+        # The eviction decision needs node memory and, only when a threshold acts, the BE pods' memory: both are
+        # measured (and the Eviction requests made) before the rest of the node, which a notified cycle would
+        # otherwise measure on its way to the request.
         pressure = False
+        sample: Sample | None = None
+        memory = self._measured(self.collector.node_memory, "no eviction this cycle")
+        if memory is not None:
+            pressure = self._memory(now, memory, views, status, watermark, out)
+            # The CPU counters are stamped when they are read: after the requests, which may have taken a while.
+            sample = self._measured(lambda: self.collector.collect(self.clock() if at is None else now),
+                                    "no cgroup writes and no new usage figures this cycle")
         if sample is not None:
-            pressure = self._memory(now, sample, pods, status, watermark, out)
-            out["cgroupWrites"] = self._enforce(sample, node, pods, self.config.config.cpu_suppress_for_node(labels))
-        out["batch"] = self._batch(now, sample, node, pods, status, colocation)
+            self._last_collect_error = None
+            out["cgroupWrites"] = self._enforce(sample, node, views, self.config.config.cpu_suppress_for_node(labels))
+        out["batch"] = self._batch(now, sample, node, views, status, colocation)
         out["conditions"] = [self._condition(node, pressure)]
-        if len(self._class_cache) > 2 * len(pods) + 16:  # forget pods that left the node
-            current = {(p.get("metadata") or {}).get("uid") for p in pods}
-            self._class_cache = {u: v for u, v in self._class_cache.items() if u in current}
         if self.actions is not None:
             self.actions.flush_events()   # repeats folded into a series, once the node's own work is done
         self.metrics.cycle.observe(time.perf_counter() - started)
         return out
 
-    def _memory(self, now: float, sample: Sample, pods: list[dict[str, Any]], status: dict[str, Any],
+    def _pod_views(self, pods: list[dict[str, Any]]) -> list[PodView]:
+        """Each pod's view, reused while the object is the same; only this cycle's pods are remembered."""
+        if pods is self._views_of:               # the state has not changed since
+            return self._view_list
+        known, views = self._views, {}
+        for pod in pods:
+            view = known.get(id(pod))
+            if view is None or view.obj is not pod:
+                view = pod_view(pod)
+            views[id(pod)] = view
+        self._views, self._views_of, self._view_list = views, pods, list(views.values())
+        return self._view_list
+
+    def _measured(self, measure: Callable[[], T], consequence: str) -> T | None:
+        try:
+            return measure()
+        except CollectError as exc:
+            if str(exc) != self._last_collect_error:
+                log.error("cannot measure the node, %s: %s", consequence, exc)
+                self._last_collect_error = str(exc)
+            return None
+
+    def _memory(self, now: float, memory: tuple[int, int], views: list[PodView], status: dict[str, Any],
                 watermark: Any, out: dict[str, Any]) -> bool:
+        total, available = memory
         cap_q = _quantity((status.get("capacity") or {}).get(MEMORY))
-        capacity = int_value(cap_q) if cap_q is not None and cap_q > 0 else sample.mem_total
-        used = sample.mem_used
+        capacity = int_value(cap_q) if cap_q is not None and cap_q > 0 else total
+        used = used_memory(total, available)
         obs = {MEMORY_AVAILABLE: Observation(capacity - used, capacity)}
         out["memory"] = {"capacityBytes": capacity, "usedBytes": used,
                          "usagePercent": round(used * 100 / capacity, 2) if capacity else 0.0}
@@ -192,10 +240,12 @@ class Agent:
         result = evaluate(thresholds, obs, self.engine, now, self.options.transition_period)
         self.engine = result.state
         tasks = []
-        if result.acting:  # candidates are only worth ranking when a threshold acts
-            usage = {uid: p.memory for uid, p in sample.pods.items()}
-            tasks = build_tasks(result.acting, obs, candidates(pods, usage, lambda u, p: self._requests(u, p)[1]),
-                                self.node_name)
+        if result.acting:  # candidates are only worth measuring and ranking when a threshold acts
+            be = [v for v in views if v.be]
+            usage = self.collector.pod_memory(now, [v.uid for v in be])
+            requests = {id(v.obj): v.memory_request for v in be}
+            cands = candidates([v.obj for v in be], usage, lambda _, p: requests[id(p)])
+            tasks = build_tasks(result.acting, obs, cands, self.node_name)
         out["releaseTargetBytes"] = max((t.need for t in tasks), default=0)
         if tasks and not self.memory.in_cooldown(now):
             victims, self.memory = select_victims(tasks, self.memory, now, self._try_evict)
@@ -236,25 +286,25 @@ class Agent:
     # -- cgroups: BE limits and BE suppression ----------------------------------------------------------
     def _files(self, layout: Layout) -> CgroupFiles:
         if self._cgroups is None or self._cgroups.layout != layout:
+            if self._cgroups is not None:
+                self._cgroups.close()
             self._cgroups = CgroupFiles(layout, self.metrics)
         return self._cgroups
 
-    def _enforce(self, sample: Sample, node: dict[str, Any] | None, pods: list[dict[str, Any]],
+    def _enforce(self, sample: Sample, node: dict[str, Any] | None, views: list[PodView],
                  cfg: CPUSuppress) -> list[dict[str, str]]:
         """Plan (and in ``run``, make) this cycle's cgroup writes; returns them as ``once`` prints them."""
         if sample.layout is None:
             return []
         files = self._files(sample.layout)
         now = sample.time
-        files.forget(now)
-        be_pods = [p for p in pods if self._classes((p.get("metadata") or {}).get("uid") or "", p)[0]]
-        under, elsewhere = files.pod_folders(be_pods, sample.pod_folders, now)
+        under, elsewhere = files.pod_folders([v.obj for v in views if v.be], sample.pod_folders, now)
         roots: list[Folder] = list(elsewhere)
         be = files.besteffort(now)
         target = None
         if be is not None:
             path, current = be
-            target = self._suppress_target(sample, node, pods, cfg, current)
+            target = self._suppress_target(sample, node, views, cfg, current)
             roots.insert(0, Folder(path, None, current, quota=target, children=tuple(under)))
         else:
             roots[:0] = under
@@ -286,7 +336,7 @@ class Agent:
             cores = -1.0 if in_force == UNLIMITED else in_force / (current.period or DEFAULT_CFS_PERIOD)
             self.metrics.suppress_cores.labels(*labels).set(cores)
 
-    def _suppress_target(self, sample: Sample, node: dict[str, Any] | None, pods: list[dict[str, Any]],
+    def _suppress_target(self, sample: Sample, node: dict[str, Any] | None, views: list[PodView],
                          cfg: CPUSuppress, current: Current) -> int | None:
         """The besteffort folder's quota to write this cycle (µs, or UNLIMITED to recover), None to leave it."""
         if current.quota is None:
@@ -306,8 +356,7 @@ class Agent:
         status = (node or {}).get("status") or {}
         cap_q = _quantity((status.get("capacity") or {}).get(CPU))
         capacity = milli_value(cap_q) if cap_q is not None and cap_q > 0 else sample.num_cpus * 1000
-        uids = [((p.get("metadata") or {}).get("uid") or "", p) for p in pods]
-        be_uids = {uid for uid, p in uids if self._classes(uid, p)[1]}
+        be_uids = {v.uid for v in views if v.besteffort}
         used = [(uid in be_uids, p.cpu_milli) for uid, p in sample.pods.items() if p.cpu_milli is not None]
         result = suppress.suppress_milli(capacity, cfg.cpuSuppressThresholdPercent, cfg.cpuSuppressMinPercent,
                                          sample.node_cpu_milli, used, suppress.node_reserved_milli(node))
@@ -317,13 +366,12 @@ class Agent:
         return suppress.next_be_quota(suppress.be_quota(result.milli, period), current.quota,
                                       suppress.capacity_cores(capacity), period)
 
-    def _batch(self, now: float, sample: Sample | None, node: dict[str, Any] | None, pods: list[dict[str, Any]],
+    def _batch(self, now: float, sample: Sample | None, node: dict[str, Any] | None, views: list[PodView],
                status: dict[str, Any], colo: Any) -> dict[str, int]:
         self.window.seconds = colo.metricAggregateDurationSeconds
         if sample is not None:
             values: dict[str, tuple[float | None, int | None]] = {"": (sample.node_cpu_milli, sample.mem_used)}
-            for uid, p in sample.pods.items():
-                values[uid] = (p.cpu_milli, p.memory)
+            values.update(sample.pods)
             self.window.add(now, values)
         else:
             self.window.expire(now)
@@ -335,14 +383,14 @@ class Agent:
             log.warning("usage data older than %d minutes: withdrawing batch resources", colo.degradeTimeMinutes)
             result = zero
         else:
-            wanted = self._compute_batch(sample, status, pods, colo).resources()
+            wanted = self._compute_batch(sample, status, views, colo).resources()
             result = wanted
         for name, value in result.items():
             self.metrics.allocatable.labels(node=self.node_name, resource=name, unit=UNITS[name]).set(value)
         self._publish(now, node, status, wanted, colo)
         return result
 
-    def _compute_batch(self, sample: Sample | None, status: dict[str, Any], pods: list[dict[str, Any]],
+    def _compute_batch(self, sample: Sample | None, status: dict[str, Any], views: list[PodView],
                        colo: Any) -> batchcalc.BatchResult:
         alloc = status.get("allocatable") or {}
         cpu_q, mem_q = _quantity(alloc.get(CPU)), _quantity(alloc.get(MEMORY))
@@ -350,42 +398,15 @@ class Agent:
         alloc_cpu = milli_value(cpu_q) if cpu_q is not None else (sample.num_cpus * 1000 if sample else 0)
         alloc_mem = int_value(mem_q) if mem_q is not None else (sample.mem_total if sample else 0)
         node_cpu, node_mem = self.window.average("")
-        loads = []
-        for pod in pods:
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
-            uid = (pod.get("metadata") or {}).get("uid") or ""
-            cpu, mem = self.window.average(uid)
-            loads.append(batchcalc.PodLoad(self._classes(uid, pod)[0], cpu, mem, *self._requests(uid, pod)))
-        if len(self._request_cache) > 2 * len(pods) + 16:  # forget pods that left the node
-            current = {(p.get("metadata") or {}).get("uid") for p in pods}
-            self._request_cache = {u: v for u, v in self._request_cache.items() if u in current}
+        average = self.window.average
+        loads = [batchcalc.PodLoad(v.be, *average(v.uid), v.cpu_request_milli, v.memory_request)
+                 for v in views if not v.finished]
         result = batchcalc.batch_allocatable(alloc_cpu, alloc_mem, node_cpu or 0.0, node_mem or 0.0, loads,
                                              colo.cpuReclaimThresholdPercent, colo.memoryReclaimThresholdPercent,
                                              colo.memoryCalculatePolicy)
         for line in result.explain:
             log.debug("%s", line)
         return result
-
-    def _classes(self, uid: str, pod: dict[str, Any]) -> tuple[bool, bool]:
-        """(Koordinator BE, in the besteffort cgroup: BE or kubelet BestEffort), memoised per pod object."""
-        hit = self._class_cache.get(uid)
-        if hit is not None and hit[0] is pod:
-            return hit[1], hit[2]
-        be = is_be(pod)
-        besteffort = be or kube_qos_class(pod) == "BestEffort"
-        self._class_cache[uid] = (pod, be, besteffort)
-        return be, besteffort
-
-    def _requests(self, uid: str, pod: dict[str, Any]) -> tuple[int, int]:
-        """(cpu milli, memory bytes) requests, memoised per pod object (sources replace whole dicts)."""
-        hit = self._request_cache.get(uid)
-        if hit is not None and hit[0] is pod:
-            return hit[1]
-        req = pod_requests(pod)
-        value = (milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0)
-        self._request_cache[uid] = (pod, value)
-        return value
 
     def _publish(self, now: float, node: dict[str, Any] | None, status: dict[str, Any],
                  wanted: dict[str, int] | None, colo: Any) -> None:

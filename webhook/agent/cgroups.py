@@ -13,11 +13,12 @@ import logging
 import os
 import random
 import time
-from collections.abc import Iterable, Mapping, Sequence
+import weakref
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.agent.collectors import Layout
+from webhook.agent.collectors import Layout, open_read
 from webhook.agent.domain.cgroup_limits import (
     BESTEFFORT_FOLDER,
     CgroupWrite,
@@ -50,17 +51,10 @@ _WHY = {
 }
 
 
-def _read(path: str) -> str | None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        return os.read(fd, 256).decode(errors="replace")
-    except OSError:
-        return None
-    finally:
+def _close_all(fds: dict[str, int]) -> None:
+    for fd in fds.values():
         os.close(fd)
+    fds.clear()
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,12 +67,27 @@ class WriteResult:
         return self.error is None
 
 
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What was read for one BE pod, reused until ``until`` while its object and folders stay the same."""
+
+    pod: dict[str, Any]
+    rel: str
+    until: float
+    limits: PodLimits
+    folder: Folder | None                   # None: the pod asks for nothing
+    paths: frozenset[str]                   # its folders (absolute), to know when a write made them stale
+    files: tuple[str, ...]                  # the files read (kept open)
+
+
 class CgroupFiles:
     """The cgroup files of one node layout.
 
-    What a folder holds is read when the folder is first seen, right after the agent wrote to it, and
-    again at least every ``verify_seconds`` (spread over cycles), so a value changed behind the agent's back
-    is put back within that time while a steady node costs no reads at all.
+    What a BE pod's folders hold is read when the pod is first seen (or its object changes), right after the
+    agent wrote to one of them, and again at least every ``verify_seconds`` (spread over cycles), so a value
+    changed behind the agent's back is put back within that time while a steady node costs few reads. The files
+    read stay open while their pod is a BE pod on the node, and are read again with ``pread``: an open and a
+    close cost three times the read (14 µs against 3.5 µs on cgroup v1, caches cold).
     """
 
     def __init__(self, layout: Layout, metrics: AgentMetrics | None = None, page_size: int = PAGE_SIZE,
@@ -89,14 +98,15 @@ class CgroupFiles:
         self.verify_seconds = verify_seconds
         self.files = files(layout.version)
         self._refused: dict[tuple[str, str], tuple[str, str]] = {}
-        self._known: dict[tuple[str | None, str | None, frozenset[str]], tuple[float, Current]] = {}
-        self._limits: dict[str, tuple[dict[str, Any], PodLimits]] = {}
-        self._dirs: dict[str, float] = {}       # folder -> until when it is trusted to exist
+        self._seen: dict[str, _Seen] = {}       # uid -> what its folders held
+        # the besteffort QoS folder: (folder, valid until, its quota, the files read)
+        self._besteffort: tuple[str, float, Current, tuple[str, ...]] | None = None
         self._stale: set[str] = set()           # folders written since they were read
-        # uid -> (pod object, folder, valid until, last build, its folders): reused while nothing changed
-        self._memo: dict[str, tuple[dict[str, Any], str, float, Folder | None, frozenset[str]]] = {}
-        self._until = float("inf")
-        self.changed = True                     # something was read or rebuilt since the last plan
+        self._fds: dict[str, int] = {}          # the files of the folders above, open
+        weakref.finalize(self, _close_all, self._fds)
+        self._reading: list[str] = []           # the files read by the folder being built
+        self._last: tuple[list[Folder], list[Folder]] = ([], [])
+        self.changed = True                     # what the folders hold (or which there are) moved since the last plan
         self._root_prefix = layout.root.rstrip(os.sep) + os.sep if layout.root else ""
         self._jitter = random.Random(0)
 
@@ -104,8 +114,43 @@ class CgroupFiles:
         p = self._root_prefix
         return path[len(p):] if p and path.startswith(p) else self.layout.rel(path)
 
+    def _abs(self, rel: str) -> str:
+        return os.path.join(self.layout.root, rel) if self.layout.root else rel
+
+    def _expiry(self, now: float, due: bool) -> float:
+        """Until when what was just read is trusted: a full period after a read that was due; a random part of
+        one after any other, so folders first seen together (an agent start) are read again spread over cycles."""
+        return now + self.verify_seconds * (1.0 if due else self._jitter.uniform(0.5, 1.0))
+
     # -- reading ------------------------------------------------------------------------------------
-    def _current(self, cpu: str | None, memory: str | None, want: Limits, quota: bool, now: float) -> Current:
+    def _read(self, path: str) -> str | None:
+        self._reading.append(path)
+        fd = self._fds.get(path)
+        if fd is not None:
+            try:
+                return os.pread(fd, 256, 0).decode(errors="replace")
+            except OSError:                     # its cgroup was removed (ENODEV): opened once more
+                os.close(self._fds.pop(path))
+        fd, data = open_read(path, 256)
+        if fd is None or data is None:
+            return None
+        self._fds[path] = fd
+        return data.decode(errors="replace")
+
+    def _release(self, paths: Iterable[str], keep: Container[str] = ()) -> None:
+        """Close the files of ``paths`` no longer read (but those in ``keep``)."""
+        for path in paths:
+            if path not in keep:
+                fd = self._fds.pop(path, None)
+                if fd is not None:
+                    os.close(fd)
+
+    def close(self) -> None:
+        _close_all(self._fds)
+        self._seen, self._besteffort = {}, None
+
+    def _current(self, cpu: str | None, memory: str | None, want: Limits, quota: bool) -> Current:
+        """Read the settings ``want`` (and ``quota``) need; a folder or file that is missing reads as None."""
         names: dict[str, str] = {}
         if cpu is not None:
             if quota or want.cpu_limit_milli is not None:
@@ -115,43 +160,12 @@ class CgroupFiles:
                 names[self.files["weight"]] = cpu
         if memory is not None and want.memory_limit is not None:
             names[self.files["memory"]] = memory
-        key = (cpu, memory, frozenset(names))
-        known = self._known.get(key)
-        if known is not None and now < known[0] and cpu not in self._stale and memory not in self._stale:
-            self._until = min(self._until, known[0])
-            return known[1]
-        self.changed = True
-        texts = {name: _read(os.path.join(folder, name)) for name, folder in names.items()}
-        current = parse_current(self.layout.version, texts)
-        expiry = now + self.verify_seconds * self._jitter.uniform(0.5, 1.0)
-        self._known[key] = (expiry, current)
-        self._until = min(self._until, expiry)
-        for folder in (cpu, memory):
-            if folder is not None:
-                self._stale.discard(folder)
-                self._dirs[folder] = expiry
-        return current
+        return parse_current(self.layout.version,
+                             {name: self._read(folder + os.sep + name) for name, folder in names.items()})
 
-    def _folder(self, cpu_abs: str | None, mem_abs: str | None, want: Limits, now: float, quota: bool = False,
-                children: tuple[Folder, ...] = ()) -> Folder:
-        cpu = cpu_abs if cpu_abs and self._exists(cpu_abs, now) else None
-        mem = mem_abs if mem_abs and self._exists(mem_abs, now) else None
-        current = self._current(cpu, mem, want, quota, now)
-        return Folder(self._rel(cpu) if cpu else None, self._rel(mem) if mem else None, current, want, None,
-                      children)
-
-    def _exists(self, path: str, now: float) -> bool:
-        # A folder read recently is trusted to exist until its files are due to be read again.
-        expiry = self._dirs.get(path)
-        if expiry is not None and now < expiry and path not in self._stale:
-            return True
-        return os.path.isdir(path)
-
-    def forget(self, now: float) -> None:
-        """Drop what is known about folders not looked at for a while (pods that left)."""
-        horizon = now - 2 * self.verify_seconds
-        self._known = {k: v for k, v in self._known.items() if v[0] > horizon}
-        self._dirs = {k: v for k, v in self._dirs.items() if v > horizon}
+    def _folder(self, cpu: str | None, mem: str, want: Limits, children: tuple[Folder, ...] = ()) -> Folder:
+        return Folder(self._rel(cpu) if cpu else None, self._rel(mem), self._current(cpu, mem, want, False), want,
+                      None, children)
 
     def besteffort(self, now: float = 0.0) -> tuple[str, Current] | None:
         """The besteffort QoS folder (relative path) and its CPU quota, or None when there is none."""
@@ -161,15 +175,18 @@ class CgroupFiles:
         path = os.path.join(base, BESTEFFORT_FOLDER[self.layout.driver])
         if not os.path.isdir(path):
             return None
-        return self._rel(path), self._current(path, None, Limits(), True, now)
-
-    def _pod_limits(self, uid: str, pod: dict[str, Any]) -> PodLimits:
-        hit = self._limits.get(uid)
-        if hit is not None and hit[0] is pod:   # sources replace whole objects: same object, same answer
-            return hit[1]
-        limits = pod_limits(pod)
-        self._limits[uid] = (pod, limits)
-        return limits
+        known = self._besteffort
+        if known is None or known[0] != path or now >= known[1] or path in self._stale:
+            self._stale.discard(path)
+            self._reading = []
+            current = self._current(path, None, Limits(), True)
+            if known is None or known[2] != current:
+                self.changed = True
+            if known is not None:
+                self._release(known[3], keep=self._reading)
+            due = known is not None and known[0] == path and now >= known[1]
+            known = self._besteffort = (path, self._expiry(now, due), current, tuple(self._reading))
+        return self._rel(path), known[2]
 
     def pod_folders(self, pods: Iterable[dict[str, Any]], dirs: Mapping[str, str],
                     now: float = 0.0) -> tuple[list[Folder], list[Folder]]:
@@ -178,62 +195,67 @@ class CgroupFiles:
         ``pods`` must be BE pods only (anything else is skipped here too); a pod without a cgroup folder yet
         is skipped (the next cycle finds it).
         """
-        self.changed = bool(self._stale)
+        stale = self._stale
+        self.changed = bool(stale)
         be_prefix = BESTEFFORT_FOLDER[self.layout.driver] + os.sep
         under: list[Folder] = []
         elsewhere: list[Folder] = []
-        seen: set[str] = set()
+        seen = self._seen
+        current: set[str] = set()
         for pod in pods:
-            if not is_be(pod) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-                continue
             uid = (pod.get("metadata") or {}).get("uid") or ""
             rel = dirs.get(uid)
             if rel is None:
                 continue
-            seen.add(uid)
-            memo = self._memo.get(uid)
-            if memo is not None and memo[0] is pod and memo[1] == rel and now < memo[2] \
-                    and (not self._stale or self._stale.isdisjoint(memo[4])):
-                if memo[3] is not None:   # nothing read or changed since: the same folders as last cycle
-                    (under if rel.startswith(be_prefix) else elsewhere).append(memo[3])
-                continue
-            self._until = float("inf")
+            known = seen.get(uid)
+            if known is not None and (known.pod is not pod or known.rel != rel):
+                known = None                            # another object, or another folder: all read anew
+            if known is None or now >= known.until or (stale and not stale.isdisjoint(known.paths)):
+                # A pod object seen before is BE and running still; a new one is checked (and remembered).
+                if not is_be(pod) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                    continue
+                old = seen.get(uid)
+                limits = known.limits if known is not None else pod_limits(pod)
+                due = known is not None and now >= known.until
+                self._reading = []
+                built = self._pod_folder(pod, limits, rel)
+                if old is not None:
+                    self._release(old.files, keep=set(self._reading))
+                paths = frozenset(self._abs(p) for f in iter_folders([built]) for p in (f.cpu_path, f.memory_path)
+                                  if p) if built is not None else frozenset()
+                if stale:
+                    stale.difference_update(paths)
+                known = seen[uid] = _Seen(pod, rel, self._expiry(now, due), limits, built, paths,
+                                          tuple(self._reading))
+            current.add(uid)
+            if known.folder is not None:
+                (under if rel.startswith(be_prefix) else elsewhere).append(known.folder)
+        if len(seen) > len(current):               # pods that left the node, or are no longer BE
+            for uid in [u for u in seen if u not in current]:
+                self._release(seen.pop(uid).files)
+        if (under, elsewhere) != self._last:      # identity first: only folders read again compare field by field
             self.changed = True
-            built = self._pod_folder(pod, uid, rel, now)
-            paths = frozenset(p for f in iter_folders([built]) for p in (f.cpu_path, f.memory_path) if p) \
-                if built is not None else frozenset()
-            root = self.layout.root
-            self._memo[uid] = (pod, rel, self._until, built,
-                               frozenset(os.path.join(root, p) if root else p for p in paths))
-            if built is not None:
-                (under if rel.startswith(be_prefix) else elsewhere).append(built)
-        if len(self._limits) > 2 * len(seen) + 16:
-            self._limits = {u: v for u, v in self._limits.items() if u in seen}
-            self._memo = {u: v for u, v in self._memo.items() if u in seen}
+        self._last = (under, elsewhere)
         return under, elsewhere
 
-    def _pod_folder(self, pod: dict[str, Any], uid: str, rel: str, now: float) -> Folder | None:
+    def _pod_folder(self, pod: dict[str, Any], limits: PodLimits, rel: str) -> Folder | None:
         lay = self.layout
-        limits = self._pod_limits(uid, pod)
         if limits.pod.empty and all(c.empty for c in limits.containers.values()):
             return None
-        cpu_pod = os.path.join(lay.cpu_ctl_base, rel) if lay.cpu_ctl_base else None
-        mem_pod = os.path.join(lay.memory_base, rel)
+        cpu_pod = lay.cpu_ctl_base + os.sep + rel if lay.cpu_ctl_base else None
+        mem_pod = lay.memory_base + os.sep + rel
         children = []
         for name, cid in container_ids(pod).items():
             want = limits.containers.get(name)
             leaf = container_folder(cid, lay.driver)
             if want is None or want.empty or leaf is None:
                 continue
-            child = self._folder(os.path.join(cpu_pod, leaf) if cpu_pod else None, os.path.join(mem_pod, leaf),
-                                 want, now)
-            if child.cpu_path is not None or child.memory_path is not None:
-                children.append(child)
-        return self._folder(cpu_pod, mem_pod, limits.pod, now, children=tuple(children))
+            children.append(self._folder(cpu_pod + os.sep + leaf if cpu_pod else None, mem_pod + os.sep + leaf, want))
+        return self._folder(cpu_pod, mem_pod, limits.pod, tuple(children))
 
     def _written(self, write: CgroupWrite) -> None:
         """Read a written folder again next cycle: the kernel may round, refuse or have changed more."""
-        self._stale.add(os.path.join(self.layout.root, write.path) if self.layout.root else write.path)
+        self._stale.add(self._abs(write.path))
 
     # -- writing ------------------------------------------------------------------------------------
     def apply(self, writes: Sequence[CgroupWrite]) -> list[WriteResult]:

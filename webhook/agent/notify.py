@@ -27,7 +27,7 @@ import select
 import time
 from pathlib import Path
 
-from webhook.agent.collectors import CollectError, MeminfoReader
+from webhook.agent.collectors import CollectError, MeminfoReader, used_memory
 from webhook.agent.domain.memory_notify import MODES, SamplerGate, memcg_threshold, needs_rearm
 from webhook.agent.metrics import NOTIFICATION_SOURCES, AgentMetrics
 
@@ -173,7 +173,7 @@ class MemoryWatch:
             total, available = self._meminfo.read()
         except CollectError:
             return None
-        return max(total - available, 0)
+        return used_memory(total, available)
 
     # -- waiting ---------------------------------------------------------------------------------------
     def wake(self) -> None:

@@ -215,5 +215,7 @@ class ClusterState:
         return self._objects.get("Node", {}).get(("", name))
 
     def pods_on_node(self, node_name: str) -> list[dict[str, Any]]:
-        return [p for p in self._objects.get("Pod", {}).values()
-                if (p.get("spec") or {}).get("nodeName") == node_name]
+        """The node's pods; the same list (not to be changed) until the state changes, so a caller that runs
+        every second can tell nothing changed."""
+        return self.derived("pods_on_node/" + node_name, lambda: [
+            p for p in self._objects.get("Pod", {}).values() if (p.get("spec") or {}).get("nodeName") == node_name])

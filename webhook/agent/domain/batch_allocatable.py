@@ -15,13 +15,13 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import NamedTuple
 
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_RESOURCES
 
 
-@dataclass(frozen=True, slots=True)
-class PodLoad:
+class PodLoad(NamedTuple):
     """One pod's averaged usage (None when never measured) and its requests."""
 
     be: bool
