@@ -14,7 +14,6 @@ import copy
 import datetime as dt
 import itertools
 import json
-import logging
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -156,16 +155,6 @@ class Cluster:
         except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException):
             return 422, load_exchange("nodes-status-patch-jsonpatch-remove-missing")["response"]["body"]
         return 200, self.store(r.path, patched)
-
-
-@pytest.fixture()
-def restore_logging() -> Iterator[None]:
-    """The command sets up logging as a program does; put pytest's handlers back afterwards."""
-    root = logging.getLogger()
-    handlers, level = root.handlers[:], root.level
-    yield
-    root.handlers[:] = handlers
-    root.setLevel(level)
 
 
 @pytest.fixture()
