@@ -7,7 +7,7 @@ keep-alive TLS. Prints rps, p50 and p99 for both and their ratio (target: ratio 
 Then a fixed-rate run (bench/fixed_rate.py, open loop) at --rate rps reports p99 (target <= 10 ms on one core).
 
     python bench/webhook_load.py [--duration 10] [--connections 32] [--review FILE] [--cluster-state DIR]
-                            [--rate 1000] [--fixed-duration 10]
+                            [--rate 1000] [--fixed-duration 10] [--baseline-tree DIR]
 """
 
 from __future__ import annotations
@@ -92,6 +92,9 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="alternating wrk rounds per target; medians are shown")
     ap.add_argument("--rate", type=float, default=1000, help="fixed-rate run (0 to skip)")
     ap.add_argument("--fixed-duration", type=int, default=10)
+    ap.add_argument("--baseline-tree", type=Path, metavar="DIR",
+                    help="another checkout's webhook in place of the echo: ratio = this one / that one, measured "
+                         "alternately on the same CPU (for before/after comparisons on a noisy machine)")
     args = ap.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is not installed: apt-get install wrk")
@@ -109,11 +112,19 @@ def main() -> int:
                                         "--port", str(port_ours), "--tls-cert-file", str(certs.cert),
                                         "--tls-private-key-file", str(certs.key), "--metrics-port", "0", *state], "0"),
                                 cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=serve_log)
-        echo = subprocess.Popen(pinned([sys.executable, "-m", "uvicorn", "bench.echo_app:app", "--host", "127.0.0.1",
-                                        "--port", str(port_echo), "--ssl-certfile", str(certs.cert),
-                                        "--ssl-keyfile", str(certs.key), "--no-access-log", "--log-level", "warning"],
-                                       "0"),
-                                cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if args.baseline_tree:
+            baseline_env = {**os.environ, "PYTHONPATH": str(args.baseline_tree.resolve())}
+            echo = subprocess.Popen(pinned([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host",
+                                            "127.0.0.1", "--port", str(port_echo), "--tls-cert-file",
+                                            str(certs.cert), "--tls-private-key-file", str(certs.key), *state],
+                                           "0"),
+                                    cwd=work, env=baseline_env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        else:
+            echo = subprocess.Popen(pinned([sys.executable, "-m", "uvicorn", "bench.echo_app:app", "--host",
+                                            "127.0.0.1", "--port", str(port_echo), "--ssl-certfile", str(certs.cert),
+                                            "--ssl-keyfile", str(certs.key), "--no-access-log", "--log-level",
+                                            "warning"], "0"),
+                                    cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             wait_ready(f"https://localhost:{port_ours}", certs.ca_cert)
             wait_ready(f"https://localhost:{port_echo}", certs.ca_cert)
@@ -125,7 +136,7 @@ def main() -> int:
             for endpoint in args.endpoints.split(","):
                 runs: dict[str, list[dict[str, float]]] = {"echo": [], "webhook": []}
                 for _ in range(args.rounds):  # alternate, so a slow spell of the VM hits both alike
-                    runs["echo"].append(run_wrk(f"https://127.0.0.1:{port_echo}{endpoint}", args.review,
+                    runs["echo"].append(run_wrk(f"https://127.0.0.1:{port_echo}{endpoint}?timeout=10s", args.review,
                                                 args.duration, args.connections, work))
                     runs["webhook"].append(run_wrk(f"https://127.0.0.1:{port_ours}{endpoint}?timeout=10s",
                                                    args.review, args.duration, args.connections, work))
@@ -133,13 +144,15 @@ def main() -> int:
                        for name, rs in runs.items()}
                 for name in ("echo", "webhook"):
                     r = med[name]
-                    print(f"{name + ' ' + endpoint:<22}{r['rps']:>10.0f}{r['p50']:>10.2f}{r['p99']:>10.2f}"
+                    label = "baseline" if name == "echo" and args.baseline_tree else name
+                    print(f"{label + ' ' + endpoint:<22}{r['rps']:>10.0f}{r['p50']:>10.2f}{r['p99']:>10.2f}"
                           f"{r['non2xx']:>10.0f}   rps per round: "
                           + ", ".join(f"{x['rps']:.0f}" for x in runs[name]))
                 ratio = med["webhook"]["rps"] / med["echo"]["rps"]
                 worst = ratio if worst is None else min(worst, ratio)
                 print(f"{'ratio ' + endpoint:<22}{ratio:>10.2f}")
-            print(f"worst ratio: {worst:.2f} (target >= 0.80)")
+            print(f"worst ratio: {worst:.2f} " + ("(this tree / the baseline tree)" if args.baseline_tree
+                                                  else "(target >= 0.80)"))
             if args.rate:
                 print(f"fixed rate {args.rate:.0f} rps for {args.fixed_duration}s (open loop, latency from the "
                       "scheduled send time; target p99 <= 10 ms on one core)")
