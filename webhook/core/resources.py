@@ -186,57 +186,66 @@ def quantity_errors(spec: dict[str, Any], lists: list[ResourceList] | None = Non
     return errors
 
 
-def _map_error(value: object, where: str, what: str) -> str | None:
-    """Why ``value`` is not a map (absent or null counts as empty; ``[]``, ``""`` or ``0`` do not)."""
-    return None if value is None or isinstance(value, dict) else f"{where}: Invalid value: must be {what}"
+def _is_map(value: object) -> bool:
+    """A map, or absent (JSON null decodes as absent); ``[]``, ``""`` or ``0`` are not."""
+    return value is None or type(value) is dict
+
+
+def _is_text(value: object) -> bool:
+    return value is None or type(value) is str
 
 
 def pod_shape_error(pod: dict[str, Any]) -> str | None:
     """Why the pod's outline (the fields the rules read) is not what the API defines, or None.
 
     The apiserver could not have decoded such a pod; a webhook can be sent one anyway (``review``, a
-    direct post), and a rule reading it must get a clear 400, not a TypeError.
+    direct post), and a rule reading it must get a clear 400, not a TypeError. The field paths are
+    only built for the answer (this runs on every review).
     """
     meta, spec = pod.get("metadata"), pod.get("spec")
-    if (err := _map_error(meta, "metadata", "an object")) is not None:
-        return err
+    if not _is_map(meta):
+        return "metadata: Invalid value: must be an object"
     meta = meta or {}
     for key in ("name", "namespace", "generateName"):
-        if not isinstance(meta.get(key, ""), str):
+        if not _is_text(meta.get(key)):
             return f"metadata.{key}: Invalid value: must be a string"
     for key in ("labels", "annotations"):
-        if (err := _map_error(meta.get(key), f"metadata.{key}", "a map of strings")) is not None:
-            return err
-        for name, value in (meta.get(key) or {}).items():
-            if not isinstance(value, str):
+        values = meta.get(key)
+        if not _is_map(values):
+            return f"metadata.{key}: Invalid value: must be a map of strings"
+        for name, value in (values or {}).items():
+            if type(value) is not str:
                 return f"metadata.{key}[{name}]: Invalid value: must be a string"
-    if not isinstance(spec, dict):
+    if type(spec) is not dict:
         return "spec: Required value: a pod needs a spec"
     for key in ("priorityClassName", "schedulerName", "preemptionPolicy", "nodeName"):
-        if not isinstance(spec.get(key) or "", str):
+        if not _is_text(spec.get(key)):
             return f"spec.{key}: Invalid value: must be a string"
     priority = spec.get("priority")
-    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
+    if priority is not None and type(priority) is not int:  # bool is no int here
         return "spec.priority: Invalid value: must be an integer"
     for key in ("containers", "initContainers"):
         items = spec.get(key)
         if items is None:
             continue
-        if not isinstance(items, list):
+        if type(items) is not list:
             return f"spec.{key}: Invalid value: must be a list"
         for i, c in enumerate(items):
-            if not isinstance(c, dict):
+            if type(c) is not dict:
                 return f"spec.{key}[{i}]: Invalid value: must be an object"
-            if not isinstance(c.get("name", ""), str):
+            if not _is_text(c.get("name")):
                 return f"spec.{key}[{i}].name: Invalid value: must be a string"
             res = c.get("resources")
-            if (err := _map_error(res, f"spec.{key}[{i}].resources", "an object")) is not None:
-                return err
+            if res is None:
+                continue
+            if type(res) is not dict:
+                return f"spec.{key}[{i}].resources: Invalid value: must be an object"
             for kind in ("requests", "limits"):
-                where = f"spec.{key}[{i}].resources.{kind}"
-                if (err := _map_error((res or {}).get(kind), where, "a map of quantities")) is not None:
-                    return err
-    return _map_error(spec.get("overhead"), "spec.overhead", "a map of quantities")
+                if not _is_map(res.get(kind)):
+                    return f"spec.{key}[{i}].resources.{kind}: Invalid value: must be a map of quantities"
+    if not _is_map(spec.get("overhead")):
+        return "spec.overhead: Invalid value: must be a map of quantities"
+    return None
 
 
 def review_shape_error(pod: dict[str, Any], old_pod: dict[str, Any] | None) -> str | None:
