@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Instructions per review, counted by valgrind's callgrind: a figure this noisy VM cannot move.
 
-Wall-clock figures here swing by ±20 % with whatever else runs; instruction counts repeat to the last digit.
+Wall-clock figures here swing by ±20 % with whatever else runs; instruction counts repeat within 0.1 %.
 Each endpoint runs twice under callgrind, once with only the warm-up and once with N more reviews, and the
 difference over N is printed. Give another checkout of the project with --tree to compare two commits back to
 back (the same Python and libraries run both):
