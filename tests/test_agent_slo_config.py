@@ -78,6 +78,11 @@ def test_for_node(name: str, data: dict, labels: dict, colo_fields: dict, mem: M
     ("nodeConfig without selector", cm({"nodeConfigs": [{"name": "a"}]}), "nodeConfigs NodeSelector must not empty error! configType: colocation-config,nodeConfig name:a"),
     ("bad selector", cm({"nodeConfigs": [{"name": "a", "nodeSelector": {"matchExpressions": [{"key": "k", "operator": "Is"}]}}]}),
      "colocation-config: nodeConfigs[0].nodeSelector.matchExpressions[0].operator: Unsupported value: 'Is': supported values: \"In\", \"NotIn\", \"Exists\", \"DoesNotExist\""),
+    ("selector a string", cm({"nodeConfigs": [{"name": "a", "nodeSelector": "foo"}]}),
+     "colocation-config: nodeConfigs[0].nodeSelector: must be an object, got str"),
+    ("selector a list", cm(threshold={"nodeStrategies": [{"name": "a", "nodeSelector": ["x"]}]}),
+     "resource-threshold-config: nodeStrategies[0].nodeSelector: must be an object, got list"),
+    ("value not a string", {"colocation-config": 5}, "colocation-config: must be a string holding JSON, got int"),
     ("threshold over 100", cm(threshold={"clusterStrategy": {"memoryEvictThresholdPercent": 101}}),
      "resource-threshold-config: clusterStrategy.memoryEvictThresholdPercent: Input should be less than or equal to 100 (got 101)"),
     ("lower not below threshold", cm(threshold={"clusterStrategy": {"memoryEvictThresholdPercent": 70, "memoryEvictLowerPercent": 70}}),
@@ -103,3 +108,11 @@ def test_tracker_keeps_last_good_and_reports_once() -> None:
     assert t.update(cm({"enable": False})) is None and not t.config.for_node({})[0].enable
     assert t.update(bad) is not None                                     # a new occurrence is reported again
     assert t.update(None) is None and not t.config.for_node({})[0].enable  # deleted ConfigMap: defaults
+
+
+def test_tracker_reports_a_config_refused_for_its_type_every_time_it_changes() -> None:
+    t = ConfigTracker()
+    bad = {"colocation-config": 5}
+    message = t.update(bad)
+    assert message is not None and "must be a string holding JSON" in message and t.error == message
+    assert t.update(bad) is None and t.error == message                 # reported once, still in error

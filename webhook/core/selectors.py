@@ -49,7 +49,11 @@ def validate_selector(selector: Any, where: str = "selector") -> None:
 
 
 def selector_is_empty(selector: Any) -> bool:
-    return not selector or (not selector.get("matchLabels") and not selector.get("matchExpressions"))
+    """No selector, or one with neither matchLabels nor matchExpressions. Anything that is no map is not
+    empty: ``validate_selector`` says what is wrong with it."""
+    if not selector:
+        return True
+    return isinstance(selector, Mapping) and not selector.get("matchLabels") and not selector.get("matchExpressions")
 
 
 def matches(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:

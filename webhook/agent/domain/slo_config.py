@@ -143,8 +143,12 @@ def _describe(key: str, where: str, exc: ValidationError) -> str:
     return f"{key}: " + "; ".join(parts)
 
 
-def _load(key: str, raw: str | None) -> dict[str, Any]:
-    if raw is None or not raw.strip():
+def _load(key: str, raw: object) -> dict[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, str):  # a ConfigMap's data values are strings; a files state can hold anything
+        raise SloConfigError(f"{key}: must be a string holding JSON, got {type(raw).__name__}")
+    if not raw.strip():
         return {}
     try:
         doc = json.loads(raw)
@@ -230,14 +234,17 @@ class ConfigTracker:
         """Feed the ConfigMap's current data; returns a new problem to report, else None."""
         if data == self._seen:
             return None
-        self._seen = dict(data) if data is not None else None
+        # Remembered only once parsed or refused: a data the parser crashed on is tried again next time.
+        seen = dict(data) if data is not None else None
         try:
             self.config = parse_slo_config(data)
         except SloConfigError as exc:
+            self._seen = seen
             message = f"{exc}; keeping the last good configuration"
             if message == self.error:
                 return None
             self.error = message
             return message
+        self._seen = seen
         self.error = None
         return None
