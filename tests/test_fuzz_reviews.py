@@ -214,3 +214,35 @@ def test_every_field_of_every_recorded_pod_with_the_wrong_type() -> None:
                         assert decision is None or not decision.rule_failed, (endpoint, top, path, wrong,
                                                                              decision.message)
     assert tried > 1000
+
+
+def test_the_fields_only_the_quota_scopes_read_with_the_wrong_type() -> None:
+    """status and pod (anti-)affinity are read by quota presence (Terminating, BestEffort and
+    CrossNamespacePodAffinity scopes) only: with those scopes limited, each such field set to the wrong type
+    gets a decision or a 400, never a rule's crash (which --on-rule-error allow would admit)."""
+    from webhook.admission import chain
+    from webhook.admission.review import review_from_dict
+
+    state = ClusterState(WEBHOOK_KINDS)
+    FilesSource(example_folder(), state).load()
+    limited = [{"resource": "pods", "matchContains": ["cpu"],
+                "matchScopes": [{"scopeName": "CrossNamespacePodAffinity", "operator": "Exists"}]}]
+    settings = Settings(on_rule_error="deny", limited_resources=limited)
+    review = load_fixture("admission/v1-validate-create-plain.json")
+    term = {"labelSelector": {"matchLabels": {"a": "b"}}, "topologyKey": "kubernetes.io/hostname"}
+    review["request"]["object"]["spec"]["affinity"] = {
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]},
+        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": term}]}}
+    review["request"]["object"]["status"] = {"phase": "Pending", "qosClass": "Burstable"}
+    tried = 0
+    for top in ("status", "spec"):
+        for path in list(_paths(review["request"]["object"][top]))[1:]:
+            if top == "spec" and path[0] != "affinity":
+                continue
+            for wrong in (["a"], {"a": {"b": 1}}, 3, "x"):
+                changed = copy.deepcopy(review)
+                _set(changed["request"]["object"][top], path, wrong)
+                decision = chain.validate(review_from_dict(changed).request, state, settings)
+                tried += 1
+                assert not decision.rule_failed and decision.code != 500, (top, path, wrong, decision.message)
+    assert tried > 40

@@ -166,6 +166,15 @@ SHAPES = [
     ("priorityClassName a map", {"metadata": {}, "spec": {"priorityClassName": {"a": 1}}},
      "spec.priorityClassName: Invalid value: must be a string"),
     ("priority a string", {"metadata": {}, "spec": {"priority": "10"}}, "spec.priority: Invalid value: must be an integer"),
+    ("status a string", {"metadata": {}, "spec": {}, "status": "x"}, "status: Invalid value: must be an object"),
+    ("phase a map", {"metadata": {}, "spec": {}, "status": {"phase": {}}}, "status.phase: Invalid value: must be a string"),
+    ("affinity a list", {"metadata": {}, "spec": {"affinity": ["x"]}}, "spec.affinity: Invalid value: must be an object"),
+    ("podAffinity a string", {"metadata": {}, "spec": {"affinity": {"podAffinity": "x"}}},
+     "spec.affinity.podAffinity: Invalid value: must be an object"),
+    ("preferred term not a map", {"metadata": {}, "spec": {"affinity": {"podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "podAffinityTerm": 3}]}}}},
+     "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm: "
+     "Invalid value: must be an object"),
     ("container name a number", {"metadata": {}, "spec": {"containers": [{"name": 1}]}},
      "spec.containers[0].name: Invalid value: must be a string"),
 ]

@@ -245,6 +245,39 @@ def pod_shape_error(pod: dict[str, Any]) -> str | None:
                     return f"spec.{key}[{i}].resources.{kind}: Invalid value: must be a map of quantities"
     if not _is_map(spec.get("overhead")):
         return "spec.overhead: Invalid value: must be a map of quantities"
+    return _affinity_error(spec.get("affinity")) or _status_error(pod.get("status"))
+
+
+def _affinity_error(affinity: object) -> str | None:
+    """The pod (anti-)affinity terms the quota scopes read (CrossNamespacePodAffinity)."""
+    if not _is_map(affinity):
+        return "spec.affinity: Invalid value: must be an object"
+    for kind in ("podAffinity", "podAntiAffinity"):
+        terms = (affinity or {}).get(kind)
+        where = f"spec.affinity.{kind}"
+        if not _is_map(terms):
+            return f"{where}: Invalid value: must be an object"
+        for field, inner in (("requiredDuringSchedulingIgnoredDuringExecution", None),
+                             ("preferredDuringSchedulingIgnoredDuringExecution", "podAffinityTerm")):
+            items = (terms or {}).get(field)
+            if items is None:
+                continue
+            if type(items) is not list:
+                return f"{where}.{field}: Invalid value: must be a list"
+            for i, item in enumerate(items):
+                if type(item) is not dict:
+                    return f"{where}.{field}[{i}]: Invalid value: must be an object"
+                if inner is not None and not _is_map(item.get(inner)):
+                    return f"{where}.{field}[{i}].{inner}: Invalid value: must be an object"
+    return None
+
+
+def _status_error(status: object) -> str | None:
+    if not _is_map(status):
+        return "status: Invalid value: must be an object"
+    for key in ("phase", "qosClass"):
+        if not _is_text((status or {}).get(key)):
+            return f"status.{key}: Invalid value: must be a string"
     return None
 
 
