@@ -207,6 +207,23 @@ def test_profile_patch_may_not_rename_the_pod() -> None:
     assert any("may not change the pod's name" in w for w in decision.warnings)
 
 
+@pytest.mark.parametrize(("patch", "why"), [
+    ({"metadata": None}, "may not change the pod's name"),
+    ({"metadata": {"$patch": "replace", "labels": {"a": "b"}}}, "may not change the pod's name"),
+    ({"metadata": {"labels": "x"}}, "the pod it gives is not valid: metadata.labels: Invalid value"),
+    ({"spec": "x"}, "the pod it gives is not valid: spec: Required value: a pod needs a spec"),
+    ({"spec": None}, "the pod it gives is not valid: spec: Required value: a pod needs a spec"),
+    ({"spec": {"containers": "x"}}, "the pod it gives is not valid: spec.containers: Invalid value"),
+])
+def test_a_profile_patch_that_gives_no_valid_pod_is_skipped_with_a_warning(patch: dict, why: str) -> None:
+    state = make_state(profile("colo", patch=patch, labels={"x": "1"}))
+    decision, out = mutate(pod(), state)
+    assert decision.allowed and not decision.rule_failed and "x" not in labels_of(out)
+    assert out["metadata"]["name"] == "p" and isinstance(out["spec"]["containers"], list)
+    assert any(w.startswith("colocation profile colo not applied: patch: ") and why in w
+               for w in decision.warnings), decision.warnings
+
+
 def test_profile_patch_without_merge_key_is_skipped_with_a_warning() -> None:
     state = make_state(profile("colo", patch={"spec": {"containers": [{"image": "x"}]}}, labels={"x": "1"}))
     decision, out = mutate(pod(), state)

@@ -19,6 +19,7 @@ from typing import Any
 from webhook.admission.domain.strategic_merge import StrategicMergeError, clone, merge
 from webhook.core.priority import SUB_PRIORITY_LABEL, preemption_policy_of
 from webhook.core.qos import KOORD_QOS_CLASSES, QOS_LABEL
+from webhook.core.resources import pod_shape_error
 from webhook.core.selectors import CompiledSelector, SelectorError, compile_selector, describe_selector
 
 SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
@@ -228,7 +229,20 @@ def apply_profile(pod: dict[str, Any], p: Profile, lookup_class: Callable[[str],
             out = merge(out, p.patch)
         except StrategicMergeError as exc:
             raise ApplyError(f"patch: {exc}") from None
+        _check_patched(pod, out)
     return out
+
+
+def _check_patched(pod: dict[str, Any], out: dict[str, Any]) -> None:
+    """A patch may not move or rename the pod, nor leave one the API could not hold: what it gives is
+    checked, not only its keys (``$patch: delete``/``replace`` and nulls remove fields too)."""
+    before, after = _map(pod, "metadata"), _map(out, "metadata")
+    for f in _IDENTITY_FIELDS:
+        if before.get(f) != after.get(f):
+            raise ApplyError(f"patch: a profile may not change the pod's {f}")
+    shape = pod_shape_error(out)
+    if shape is not None:
+        raise ApplyError(f"patch: the pod it gives is not valid: {shape}")
 
 
 _SPEC_FIELDS = ("schedulerName", "priorityClassName", "priority", "preemptionPolicy")
