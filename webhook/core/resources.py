@@ -248,7 +248,7 @@ def pod_shape_error(pod: dict[str, Any]) -> str | None:
     return _affinity_error(spec.get("affinity")) or _status_error(pod.get("status"))
 
 
-def _affinity_error(affinity: object) -> str | None:
+def _affinity_error(affinity: Any) -> str | None:
     """The pod (anti-)affinity terms the quota scopes read (CrossNamespacePodAffinity)."""
     if not _is_map(affinity):
         return "spec.affinity: Invalid value: must be an object"
@@ -272,7 +272,7 @@ def _affinity_error(affinity: object) -> str | None:
     return None
 
 
-def _status_error(status: object) -> str | None:
+def _status_error(status: Any) -> str | None:
     if not _is_map(status):
         return "status: Invalid value: must be an object"
     for key in ("phase", "qosClass"):
