@@ -107,3 +107,32 @@ def test_certs_generate_refusing_to_overwrite_exits_2(tmp_path: Path, capsys: py
     assert webhook_cli.main([*base, "--service", "a"]) == 0
     assert webhook_cli.main([*base, "--service", "b"]) == 2
     assert "colocation-webhook: " in capsys.readouterr().err
+
+
+BOOTSTRAP = ["certs", "bootstrap", "--namespace", "colocation-system", "--service", "colocation-webhook",
+             "--secret-name", "colocation-webhook-tls"]
+
+
+@pytest.mark.parametrize(("argv", "error"), [
+    (["serve", "--port", "70000"], "argument --port: must be 1..65535, got 70000"),
+    (["serve", "--port", "0"], "argument --port: must be 1..65535, got 0"),
+    (["serve", "--port", "https"], "argument --port: invalid port 'https'"),
+    (["certs", "generate", "--service", "é", "--namespace", "n"],
+     'argument --service: Invalid value: "é": a DNS-1035 label must consist of lower case alphanumeric'),
+    (["certs", "generate", "--service", "s", "--namespace", ""],
+     'argument --namespace: Invalid value: "": a lowercase RFC 1123 label'),
+    ([*BOOTSTRAP, "--mutating-webhook-configuration", "Bad_Name"],
+     'argument --mutating-webhook-configuration: Invalid value: "Bad_Name": a lowercase RFC 1123 subdomain'),
+])
+def test_flags_the_api_or_the_socket_could_not_take_are_usage_errors(argv: list[str], error: str,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        webhook_cli.main(argv)
+    assert done.value.code == 2
+    assert error in capsys.readouterr().err
+
+
+def test_days_past_what_a_certificate_can_hold_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = webhook_cli.main(["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
+                             "--days", "99999999"])
+    assert code == 2 and "--days must be at most 36500, got 99999999" in capsys.readouterr().err

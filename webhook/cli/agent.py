@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import signal
 import sys
 import threading
@@ -22,7 +21,15 @@ import orjson
 from webhook.agent.domain.durations import DurationError, parse_duration
 from webhook.agent.domain.memory_notify import MODES
 from webhook.agent.domain.thresholds import ThresholdError, parse_thresholds, parse_transition_period
-from webhook.cli.common import UsageError, program_parser, run_main, setup_logging
+from webhook.cli.common import (
+    UsageError,
+    namespace,
+    non_negative_seconds,
+    object_name,
+    program_parser,
+    run_main,
+    setup_logging,
+)
 from webhook.cli.common import port as _port
 from webhook.cluster.files import StateFileError
 from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
@@ -257,42 +264,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- entry point ----------------------------------------------------------------------------------------
-# argparse prefixes these texts with the flag: "argument --metrics-port: must be 0..65535, got 70000".
-# A namespace or name the API could never hold would silently match nothing; the texts are apimachinery's.
-_DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = _DNS1123_LABEL + "(\\." + _DNS1123_LABEL + ")*"
-
-
-def _dns_name(value: str, max_len: int, pattern: str, what: str, examples: str) -> str:
-    if len(value) > max_len:
-        raise argparse.ArgumentTypeError(f'Invalid value: "{value}": must be no more than {max_len} characters')
-    if not re.fullmatch(pattern, value):
-        raise argparse.ArgumentTypeError(
-            f'Invalid value: "{value}": a lowercase RFC 1123 {what}, and must start and end with an alphanumeric '
-            f"character (e.g. {examples}, regex used for validation is '{pattern}')")
-    return value
-
-
-def _namespace(value: str) -> str:
-    return _dns_name(value, 63, _DNS1123_LABEL, "label must consist of lower case alphanumeric characters or '-'",
-                     "'my-name',  or '123-abc'")
-
-
-def _config_name(value: str) -> str:
-    return _dns_name(value, 253, _DNS1123_SUBDOMAIN,
-                     "subdomain must consist of lower case alphanumeric characters, '-' or '.'", "'example.com'")
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number of seconds {value!r}") from None
-    if not seconds >= 0 or seconds == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {value}")
-    return seconds
-
-
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-name", default=None, help="this node's name (default: $NODE_NAME)")
     p.add_argument("--proc-root", default="/proc", metavar="DIR", help="where /proc is mounted")
@@ -307,10 +278,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="how much beyond the threshold to free, e.g. memory.available=0.5Gi")
     p.add_argument("--eviction-pressure-transition-period", metavar="DURATION",
                    help="how long a pressure condition stays after its threshold clears (default: 5m0s)")
-    p.add_argument("--config-namespace", type=_namespace, default=SLO_CONFIG_NAMESPACE,
+    p.add_argument("--config-namespace", type=namespace, default=SLO_CONFIG_NAMESPACE,
                    help="namespace of the slo-controller-config ConfigMap")
-    p.add_argument("--config-name", type=_config_name, default=SLO_CONFIG_NAME, help="name of that ConfigMap")
-    p.add_argument("--sync-timeout", type=_seconds, default=30.0, help=argparse.SUPPRESS)
+    p.add_argument("--config-name", type=object_name, default=SLO_CONFIG_NAME, help="name of that ConfigMap")
+    p.add_argument("--sync-timeout", type=non_negative_seconds, default=30.0, help=argparse.SUPPRESS)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -340,7 +311,7 @@ def parser() -> argparse.ArgumentParser:
     src.add_argument("--cluster-state", type=Path, metavar="DIR", help="a folder of manifests (pods, node, config)")
     src.add_argument("--kubeconfig", metavar="F", help="read this node's pods and config from a cluster")
     o.add_argument("-o", "--output", choices=("json", "text"), default="json", help="the cycle as JSON or text")
-    o.add_argument("--cpu-sample-seconds", type=_seconds, default=0.25, metavar="S",
+    o.add_argument("--cpu-sample-seconds", type=non_negative_seconds, default=0.25, metavar="S",
                    help="how long to watch CPU counters; 0: no CPU figures")
     o.set_defaults(func=once)
     return p

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import re
 import sys
 from collections.abc import Callable
 from typing import Any, NoReturn
@@ -97,38 +98,95 @@ def setup_logging(fmt: str = "text", level: str | int = "info") -> None:
     root.setLevel(level.upper() if isinstance(level, str) else level)
 
 
-def port(value: str) -> int:
-    """An argparse type: a TCP port, 0 for none. argparse prefixes the text with the flag
-    ("argument --metrics-port: must be 0..65535, got 70000")."""
+def _whole(value: str, what: str) -> int:
     try:
-        number = int(value)
+        return int(value)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid port {value!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid {what} {value!r}") from None
+
+
+def _number_of_seconds(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid number of seconds {value!r}") from None
+
+
+# argparse types. argparse prefixes their texts with the flag ("argument --metrics-port: must be 0..65535, got 70000").
+def port(value: str) -> int:
+    """A TCP port, 0 for none."""
+    number = _whole(value, "port")
     if not 0 <= number <= 65535:
         raise argparse.ArgumentTypeError(f"must be 0..65535, got {value}")
     return number
 
 
+def listen_port(value: str) -> int:
+    """A TCP port to listen on (uvloop would take 70000 as 4464, and 0 as any port)."""
+    number = _whole(value, "port")
+    if not 1 <= number <= 65535:
+        raise argparse.ArgumentTypeError(f"must be 1..65535, got {value}")
+    return number
+
+
 def positive(value: str) -> int:
-    """An argparse type: a whole number above 0."""
-    try:
-        number = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {value!r}") from None
+    """A whole number above 0."""
+    number = _whole(value, "number")
     if number < 1:
         raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
     return number
 
 
 def seconds(value: str) -> float:
-    """An argparse type: a number of seconds above 0."""
-    try:
-        number = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number of seconds {value!r}") from None
+    """A number of seconds above 0."""
+    number = _number_of_seconds(value)
     if not 0 < number < float("inf"):
         raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {value}")
     return number
+
+
+def non_negative_seconds(value: str) -> float:
+    """A number of seconds, 0 included."""
+    number = _number_of_seconds(value)
+    if not 0 <= number < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a non-negative number of seconds, got {value}")
+    return number
+
+
+# Names the API could never hold would match nothing or fail late; the texts are apimachinery's.
+_DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+_DNS1123_SUBDOMAIN = _DNS1123_LABEL + "(\\." + _DNS1123_LABEL + ")*"
+_DNS1035_LABEL = "[a-z]([-a-z0-9]*[a-z0-9])?"
+
+
+def _dns_name(value: str, max_len: int, pattern: str, what: str, examples: str) -> str:
+    if len(value) > max_len:
+        raise argparse.ArgumentTypeError(f'Invalid value: "{value}": must be no more than {max_len} characters')
+    if not re.fullmatch(pattern, value):
+        raise argparse.ArgumentTypeError(
+            f'Invalid value: "{value}": {what} (e.g. {examples}, regex used for validation is \'{pattern}\')')
+    return value
+
+
+def namespace(value: str) -> str:
+    """A namespace name (an RFC 1123 label)."""
+    return _dns_name(value, 63, _DNS1123_LABEL, "a lowercase RFC 1123 label must consist of lower case "
+                     "alphanumeric characters or '-', and must start and end with an alphanumeric character",
+                     "'my-name',  or '123-abc'")
+
+
+def object_name(value: str) -> str:
+    """A name of most kinds: a ConfigMap, a Secret, a webhook configuration (an RFC 1123 subdomain)."""
+    return _dns_name(value, 253, _DNS1123_SUBDOMAIN, "a lowercase RFC 1123 subdomain must consist of lower case "
+                     "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                     "'example.com'")
+
+
+def service_name(value: str) -> str:
+    """A Service name (an RFC 1035 label)."""
+    return _dns_name(value, 63, _DNS1035_LABEL, "a DNS-1035 label must consist of lower case alphanumeric "
+                     "characters or '-', start with an alphabetic character, and end with an alphanumeric character",
+                     "'my-name',  or 'abc-123'")
 
 
 def run_main(prog: str, parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None) -> int:

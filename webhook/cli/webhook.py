@@ -20,7 +20,18 @@ from webhook.admission.quota_config import QuotaConfigError, load_quota_config
 from webhook.admission.response import Decision, chain_outcome
 from webhook.admission.review import encode_response
 from webhook.admission.service import Answer, Endpoint, ReviewService
-from webhook.cli.common import LOG_LEVELS, UsageError, positive, program_parser, run_main, setup_logging
+from webhook.cli.common import (
+    LOG_LEVELS,
+    UsageError,
+    listen_port,
+    namespace,
+    object_name,
+    positive,
+    program_parser,
+    run_main,
+    service_name,
+    setup_logging,
+)
 from webhook.cli.common import port as _port
 from webhook.cli.common import seconds as _seconds
 from webhook.cluster.files import StateFileError
@@ -276,7 +287,7 @@ def parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="serve /mutate and /validate over TLS",
                        description="Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS.")
     s.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    s.add_argument("--port", type=int, default=8443, help="HTTPS port")
+    s.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
     s.add_argument("--tls-cert-file", metavar="F",
                    help="serving certificate (PEM); with no TLS flags a localhost pair is made under ./certs/")
     s.add_argument("--tls-private-key-file", metavar="F", help="its private key (PEM); goes with --tls-cert-file")
@@ -341,8 +352,9 @@ def parser() -> argparse.ArgumentParser:
                         description="Write ca.crt, ca.key, tls.crt and tls.key for SERVICE.NAMESPACE.svc. A valid "
                                     "pair already there is kept; one for other names is refused (exit 2) unless "
                                     "--force.")
-    g.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
-    g.add_argument("--namespace", required=True, help="its namespace (manifests: colocation-system)")
+    g.add_argument("--service", type=service_name, required=True,
+                   help="the webhook Service name (manifests: colocation-webhook)")
+    g.add_argument("--namespace", type=namespace, required=True, help="its namespace (manifests: colocation-system)")
     g.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to write")
     g.add_argument("--days", type=int, default=365, help="validity in days")
     g.add_argument("--force", action="store_true", help="replace a valid pair (the CA is kept while it is good)")
@@ -357,11 +369,15 @@ def parser() -> argparse.ArgumentParser:
                          description="Create the serving Secret when it is missing or unusable and put its CA into "
                                      "the webhook configurations' caBundle; running it again changes nothing. Exit 0 "
                                      "when done, 1 when an API request failed (a Job retries), 2 on unusable input.")
-    bs.add_argument("--namespace", required=True, help="the namespace of the Service and the Secret")
-    bs.add_argument("--service", required=True, help="the webhook Service name (manifests: colocation-webhook)")
-    bs.add_argument("--secret-name", required=True, help="the kubernetes.io/tls Secret the webhook mounts")
-    bs.add_argument("--mutating-webhook-configuration", metavar="NAME", help="give every webhook of it the CA")
-    bs.add_argument("--validating-webhook-configuration", metavar="NAME", help="give every webhook of it the CA")
+    bs.add_argument("--namespace", type=namespace, required=True, help="the namespace of the Service and the Secret")
+    bs.add_argument("--service", type=service_name, required=True,
+                    help="the webhook Service name (manifests: colocation-webhook)")
+    bs.add_argument("--secret-name", type=object_name, required=True,
+                    help="the kubernetes.io/tls Secret the webhook mounts")
+    bs.add_argument("--mutating-webhook-configuration", type=object_name, metavar="NAME",
+                    help="give every webhook of it the CA")
+    bs.add_argument("--validating-webhook-configuration", type=object_name, metavar="NAME",
+                    help="give every webhook of it the CA")
     bs.add_argument("--days", type=int, default=3650, help="validity of a new CA and certificate in days")
     bs.add_argument("--kubeconfig", metavar="F", help="the cluster (default: the in-cluster ServiceAccount)")
     bs.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")

@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 from cryptography import x509
 
-from webhook.tls.certs import issue, pair_problem, service_names
+from webhook.tls.certs import days_error, issue, pair_problem, service_names
 
 log = logging.getLogger("colocation-webhook.certs")
 
@@ -259,8 +259,8 @@ def _patch_configuration(api: _Api, resource: str, name: str, ca: bytes, bundle:
 def bootstrap(api_client: Any, target: Target) -> None:
     """Make the Secret usable and every named configuration trust it; raises ``BootstrapError`` (API)
     or ``BootstrapInputError`` (nothing a retry fixes)."""
-    if target.days < 1:
-        raise BootstrapInputError(f"--days must be at least 1, got {target.days}")
+    if (why := days_error(target.days)) is not None:
+        raise BootstrapInputError(why)
     api = _Api(api_client)
     ca, bundle = _ensure_secret(api, target)
     for resource, name in target.configurations():

@@ -235,6 +235,18 @@ def _usable_ca(paths: CertPaths) -> tuple[ec.EllipticCurvePrivateKey, x509.Certi
     return key, cert
 
 
+MAX_DAYS = 36500  # a hundred years; far more overflows the date type (year 9999)
+
+
+def days_error(days: int) -> str | None:
+    """What is wrong with a validity of ``days`` (``--days``), or None."""
+    if days < 1:
+        return f"--days must be at least 1, got {days}"
+    if days > MAX_DAYS:
+        return f"--days must be at most {MAX_DAYS}, got {days}"
+    return None
+
+
 def generate_for_service(folder: Path, service: str, namespace: str, days: int = 365, force: bool = False,
                          new_ca: bool = False) -> tuple[CertPaths, str]:
     """``certs generate``: a serving pair for the in-cluster Service; returns (paths, what was done).
@@ -243,8 +255,8 @@ def generate_for_service(folder: Path, service: str, namespace: str, days: int =
     ``force`` the existing CA is reused when it is still good, so the ``caBundle`` stays the same and
     running servers pick the new pair up without any window of distrust.
     """
-    if days < 1:
-        raise CertsError(f"--days must be at least 1, got {days}")
+    if (why := days_error(days)) is not None:
+        raise CertsError(why)
     names = service_names(service, namespace)
     paths = CertPaths(folder)
     if not force and paths.cert.exists() and paths.key.exists():
