@@ -460,3 +460,11 @@ def test_serve_with_a_bad_kubeconfig_exits_2(capsys: pytest.CaptureFixture[str],
 
     assert main(["serve", "--kubeconfig", str(tmp_path / "missing.yaml"), "--port", str(free_port())]) == 2
     assert f"cannot load kubeconfig {tmp_path / 'missing.yaml'}" in capsys.readouterr().err
+
+
+def test_a_kubeconfig_that_is_not_yaml_names_its_line(tmp_path: Path) -> None:
+    bad = tmp_path / "kubeconfig"
+    bad.write_text("apiVersion: v1\nclusters: [\n")
+    with pytest.raises(LiveSourceError) as exc:
+        LiveSource(ClusterState(WEBHOOK_KINDS), kubeconfig=str(bad))
+    assert str(exc.value).startswith(f"cannot load kubeconfig {bad}:3: invalid YAML: ")

@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from webhook.admission.domain.quota import scope_requirement_error
+from webhook.cluster.files import yaml_problem
 
 CONFIG_KINDS = {
     ("apiserver.config.k8s.io/v1", "ResourceQuotaConfiguration"),
@@ -36,9 +37,7 @@ def _read(path: Path) -> Any:
     except UnicodeDecodeError:
         raise QuotaConfigError(f"{path}: cannot read: not UTF-8 text") from None
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise QuotaConfigError(f"{path}{line}: invalid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        raise QuotaConfigError(yaml_problem(path, exc)) from None
 
 
 def _kind_of(doc: Any) -> str:

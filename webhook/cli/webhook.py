@@ -34,7 +34,7 @@ from webhook.cli.common import (
 )
 from webhook.cli.common import port as _port
 from webhook.cli.common import seconds as _seconds
-from webhook.cluster.files import StateFileError
+from webhook.cluster.files import StateFileError, yaml_problem
 from webhook.cluster.sources import LiveSourceError, Source, build_source, describe
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
@@ -131,9 +131,7 @@ def _load_document(path: Path, what: str) -> dict[str, Any]:
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark is not None else ""
-        raise UsageError(f"{what} {path}{line}: invalid YAML/JSON: {getattr(exc, 'problem', exc)}") from None
+        raise UsageError(f"{what} {yaml_problem(path, exc)}") from None
     if len(docs) != 1 or not isinstance(docs[0], dict):
         raise UsageError(f"{what} {path}: expected one Pod or AdmissionReview object")
     return docs[0]

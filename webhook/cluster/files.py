@@ -29,14 +29,20 @@ class StateFileError(ValueError):
     """A manifest that cannot be loaded; the message starts with ``path:line:``."""
 
 
-def _yaml_error(path: Path, exc: yaml.YAMLError) -> StateFileError:
+def yaml_problem(path: object, exc: yaml.YAMLError) -> str:
+    """``path:line: invalid YAML: problem`` for any YAML file a user gives (state, review, quota config,
+    kubeconfig)."""
     mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
     line = mark.line + 1 if mark is not None else 1
     problem = getattr(exc, "problem", None) or str(exc)
     context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
     if context and cmark is not None and cmark.line + 1 != line:
         problem += f" ({context} at line {cmark.line + 1})"
-    return StateFileError(f"{path}:{line}: invalid YAML: {problem}")
+    return f"{path}:{line}: invalid YAML: {problem}"
+
+
+def _yaml_error(path: Path, exc: yaml.YAMLError) -> StateFileError:
+    return StateFileError(yaml_problem(path, exc))
 
 
 # Where an object is: its file, its document's line and YAML node (None for JSON), and the path from the

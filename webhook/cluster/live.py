@@ -25,10 +25,12 @@ from typing import Any
 
 import orjson
 import urllib3
+import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
+from webhook.cluster.files import yaml_problem
 from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Key, Kind, object_key
 from webhook.cluster.strict import CUSTOM_KINDS, check
 
@@ -77,6 +79,8 @@ def _client_configuration(kubeconfig: str | None) -> k8s.Configuration:
             _LOADERS.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
         else:
             _LOADERS.load_incluster_config(client_configuration=cfg)
+    except yaml.YAMLError as exc:
+        raise LiveSourceError(f"cannot load kubeconfig {yaml_problem(kubeconfig, exc)}") from None
     except (k8s_config.ConfigException, OSError, ValueError, TypeError, KeyError) as exc:
         where = f"kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config"
         raise LiveSourceError(f"cannot load {where}: {exc}") from None
