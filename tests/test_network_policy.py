@@ -74,10 +74,12 @@ def test_each_policy_selects_one_program_and_admits_only_its_peers(install: list
                                                                 "ports": [{"port": "metrics", "protocol": "TCP"}]}]
 
 
-def test_an_unedited_apply_fails_instead_of_blocking_the_apiserver() -> None:
-    """The apiserver validates ipBlock.cidr as a CIDR; the placeholder is none, so it refuses the object."""
+def test_an_unedited_apply_fails_instead_of_blocking_the_apiserver(policies: dict[str, Obj]) -> None:
+    """The apiserver validates ipBlock.cidr as a CIDR; the component's placeholder is none, so it refuses the
+    object."""
+    cidr = policies["colocation-webhook"]["spec"]["ingress"][0]["from"][0]["ipBlock"]["cidr"]
     with pytest.raises(ValueError):
-        ipaddress.ip_network(PLACEHOLDER)
+        ipaddress.ip_network(cidr)
 
 
 def _docs_overlay() -> str:
