@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
-from webhook.agent.domain.memory_notify import SamplerGate, memcg_threshold, needs_rearm, trigger_level
+from webhook.agent.domain.memory_notify import SamplerGate, memcg_threshold, near_level, needs_rearm, trigger_level
 from webhook.agent.domain.thresholds import (
     MEMORY_AVAILABLE,
     Observation,
@@ -102,3 +102,22 @@ def test_wake_and_modes(tmp_path: Path) -> None:
     none.close()
     with pytest.raises(ValueError, match="--memory-notification must be one of"):
         MemoryWatch(cg, proc, "inotify")
+
+
+def test_a_usage_file_that_holds_no_number_leaves_the_sampler(tmp_path: Path) -> None:
+    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
+    cg = write_cgroup_v1(tmp_path / "cg", [FakePod("u")])
+    (cg / "memory" / "cgroup.event_control").write_text("")
+    (cg / "memory" / "memory.usage_in_bytes").write_text("garbage\n")
+    watch = MemoryWatch(cg, proc, "auto")
+    try:
+        assert watch.sources == ["sampler"]
+        assert any(p.startswith("memcg-threshold: ") and "invalid literal" in p for p in watch.problems), watch.problems
+    finally:
+        watch.close()
+
+
+def test_near_level() -> None:
+    capacity = 20 * GI                                  # near: within capacity / 20 = 1Gi below the level
+    assert not near_level(None, 10 * GI, capacity)
+    assert [near_level(10 * GI, u, capacity) for u in (8 * GI, 9 * GI, 10 * GI, 11 * GI)] == [False, True, True, True]

@@ -482,8 +482,13 @@ def run_loop(agent: Agent, interval: float, stop: threading.Event, watch: Memory
             stop.wait(remaining)
             source = None
             continue
-        source = watch.arm(agent.trigger_level, agent.capacity, agent.seen_used)
-        if source is None:
-            source = watch.wait(remaining)
+        try:
+            source = watch.arm(agent.trigger_level, agent.capacity, agent.seen_used)
+            if source is None:
+                source = watch.wait(remaining)
+        except Exception:  # the notifications only bring the cycle forward: without them it still runs
+            log.exception("memory notification failed; waiting for the next cycle")
+            source = None
+            stop.wait(remaining)
         if source == WAKE:
             source = None

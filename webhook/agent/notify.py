@@ -28,7 +28,14 @@ import time
 from pathlib import Path
 
 from webhook.agent.collectors import CollectError, MeminfoReader, used_memory
-from webhook.agent.domain.memory_notify import MODES, SamplerGate, memcg_threshold, needs_rearm
+from webhook.agent.domain.memory_notify import (
+    MODES,
+    SamplerGate,
+    memcg_threshold,
+    near_level,
+    needs_rearm,
+    rearm_tolerance,
+)
 from webhook.agent.metrics import NOTIFICATION_SOURCES, AgentMetrics
 
 log = logging.getLogger("colocation-agent")
@@ -36,7 +43,6 @@ log = logging.getLogger("colocation-agent")
 SAMPLE_PERIOD = 0.1
 RECHECK_PERIOD = 0.01
 RECHECK_SECONDS = 2.0
-NEAR_FRACTION = 20        # within 5 % of capacity below the level, meminfo is sampled beside the threshold
 # Tried in order: a real-time trigger (needs CAP_SYS_RESOURCE), then the 2 s window unprivileged writers get.
 PSI_TRIGGERS = ("some 100000 1000000", "some 150000 2000000")
 EVENTS_MIN_GAP = 0.1      # memory.events can change in storms (an OOM loop): at most one cycle per 100 ms from it
@@ -67,7 +73,7 @@ class MemoryWatch:
         self._gate: SamplerGate | None = None     # the sampler's, when it runs: the same edge trigger
         self._edge = SamplerGate()
         self._capacity = 0
-        self._near = False               # usage within NEAR_FRACTION of the level: meminfo sampled too
+        self._near = False               # usage near the level (near_level): meminfo sampled too
         self._recheck_until = 0.0        # after an early memcg notification: meminfo sampled every 10 ms
         self.fired_at: float | None = None     # when the last notification was seen (monotonic)
         v2 = os.path.exists(os.path.join(self.cgroup_root, "cgroup.controllers"))
@@ -163,7 +169,7 @@ class MemoryWatch:
             return None
         if self._memcg is not None:
             self._memcg.arm(level, used, capacity)
-        self._near = level is not None and used >= level - capacity // NEAR_FRACTION
+        self._near = near_level(level, used, capacity)
         if self._edge.feed(used):
             return self._fired(self.sources[0])
         return None
@@ -200,8 +206,7 @@ class MemoryWatch:
                 if used is None:
                     continue
                 if self._memcg is not None and self._capacity:
-                    self._near = self._edge.level is not None and \
-                        used >= self._edge.level - self._capacity // NEAR_FRACTION
+                    self._near = near_level(self._edge.level, used, self._capacity)
                 if self._edge.feed(used):  # the sampler's find, or the memcg watch's own meminfo check near the level
                     return self._fired("sampler" if self._gate is not None else "memcg-threshold")
 
@@ -233,7 +238,15 @@ class MemoryWatch:
         if fd == self._psi_fd:
             return "psi"
         if fd == self._events_fd:
-            os.pread(fd, 4096, 0)
+            try:
+                os.pread(fd, 4096, 0)
+            except OSError as exc:  # the kubepods cgroup went away (ENODEV): the source ends, the others stay
+                log.warning("memory-events: %s; no longer watched", exc.strerror)
+                self._epoll.unregister(fd)
+                os.close(fd)
+                self._events_fd = None
+                self.sources.remove("memory-events")
+                return None
             now = time.monotonic()
             if now - self._events_last < EVENTS_MIN_GAP:
                 return None
@@ -275,8 +288,8 @@ class _MemcgThreshold:
         watch = cls(folder, usage_fd, epoll)
         try:  # one registration now tells whether the kernel takes them here at all
             watch._register(watch.usage() + (1 << 40))
-        except OSError as exc:
-            problems.append(f"memcg-threshold: {control}: {exc.strerror}")
+        except (OSError, ValueError) as exc:  # ValueError: a usage file that holds no number
+            problems.append(f"memcg-threshold: {control}: {getattr(exc, 'strerror', None) or exc}")
             watch.close()
             return None
         return watch
@@ -319,7 +332,7 @@ class _MemcgThreshold:
     def step(self, capacity: int) -> None:
         """Set the threshold just above the current usage: further growth notifies again."""
         try:
-            self._register(self.usage() + max(capacity // 1024, 1 << 20))
+            self._register(self.usage() + rearm_tolerance(capacity))
         except (OSError, ValueError) as exc:
             log.warning("cannot set the memory cgroup threshold: %s", exc)
 

@@ -22,6 +22,7 @@ MODES = ("auto", "memcg-threshold", "psi", "sampler", "none")
 REARM_FRACTION = 1024          # re-arm when the wanted threshold moved by more than capacity / 1024
 MIN_REARM_BYTES = 1 << 20
 SAMPLER_MARGIN_FRACTION = 1000  # hysteresis: usage must fall capacity / 1000 below the level to re-arm
+NEAR_FRACTION = 20        # within 5 % of capacity below the level, meminfo is sampled beside the threshold
 
 
 def trigger_level(thresholds: Iterable[Threshold], capacity: int) -> int | None:
@@ -37,6 +38,12 @@ def memcg_threshold(level: int, node_used: int, memcg_usage: int) -> int:
 
 def rearm_tolerance(capacity: int) -> int:
     return max(capacity // REARM_FRACTION, MIN_REARM_BYTES)
+
+
+def near_level(level: int | None, used: int, capacity: int) -> bool:
+    """Whether usage is close enough below ``level`` for a kernel notifier's measure to lag it: the watch
+    then samples meminfo too."""
+    return level is not None and used >= level - capacity // NEAR_FRACTION
 
 
 def needs_rearm(armed: int | None, wanted: int, capacity: int) -> bool:
