@@ -46,7 +46,7 @@ def test_layouts_detected_and_read(tmp_path: Path, version: int, driver: str) ->
     assert layout is not None and layout.name == f"v{version}/{driver}"
     c = Collector(tmp_path / "proc", cg)
     s = c.collect(0.0)
-    assert s.cgroup_layout == f"v{version}/{driver}"
+    assert s.layout is not None and s.layout.name == f"v{version}/{driver}"
     assert {u: p.memory for u, p in s.pods.items()} == {
         PODS[0].uid: 200 * MI, PODS[1].uid: 200 * MI, PODS[2].uid: 0}   # working set clamps at 0
     assert all(p.cpu_milli is None for p in s.pods.values())            # a rate needs two samples

@@ -25,7 +25,6 @@ from webhook.cluster.state import ClusterState
 log = logging.getLogger("webhook.admission")
 
 Endpoint = Literal["mutate", "validate"]
-ENDPOINTS: tuple[Endpoint, ...] = ("mutate", "validate")
 UNWRITABLE = ("request.object cannot be written back in a patch: it nests deeper than 255 levels "
               "or holds an integer beyond 64 bits")
 

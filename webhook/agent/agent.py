@@ -159,9 +159,6 @@ class Agent:
                                 "name": meta.get("name"), "uid": meta.get("uid")},
                                CONFIG_EVENT_REASON, problem, CONFIG_EVENT_ACTION)
 
-    def _acting(self) -> bool:
-        return self.actions is not None and not self.options.dry_run
-
     # -- the cycle --------------------------------------------------------------------------------
     def cycle(self, now: float | None = None) -> dict[str, Any]:
         started = time.perf_counter()

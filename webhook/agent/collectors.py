@@ -39,7 +39,6 @@ class Sample:
     num_cpus: int
     node_cpu_milli: float | None
     pods: dict[str, PodUsage] = field(default_factory=dict)
-    cgroup_layout: str = "none"
     layout: Layout | None = None
     pod_folders: dict[str, str] = field(default_factory=dict)  # uid -> folder relative to the kubepods folder
 
@@ -251,11 +250,6 @@ class Layout:
     def name(self) -> str:
         return f"v{self.version}/{self.driver}"
 
-    @property
-    def memory_root(self) -> str:
-        """The root memory cgroup (v1), whose usage the memcg notifier watches."""
-        return os.path.join(self.root, "memory") if self.version == 1 else self.root
-
     def rel(self, path: str) -> str:
         """``path`` relative to the cgroup root, as ``cgroupWrites`` name folders."""
         return os.path.relpath(path, self.root) if self.root else path
@@ -339,7 +333,7 @@ class Collector:
         layout = detect_layout(self.cgroup_root)
         dirs = pod_dirs(layout.memory_base, layout.driver) if layout is not None else {}
         pods = self._usage(layout, dirs, now) if layout is not None else {}
-        return Sample(now, total, available, cpus, node_cpu, pods, layout.name if layout else "none", layout, dirs)
+        return Sample(now, total, available, cpus, node_cpu, pods, layout, dirs)
 
     def pod_memory(self, now: float, uids: Iterable[str]) -> dict[str, int | None]:
         """The working set of the pods ``uids`` now (None: no cgroup, or unreadable), without their CPU."""

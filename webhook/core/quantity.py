@@ -25,13 +25,12 @@ _LOOSE = re.compile(r"^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$")
 _NUMBER = re.compile(r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)$")
 _EXPONENT = re.compile(r"^[eE][+-]?[0-9]+$")
 
-BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+BINARY_SUFFIXES = tuple(_BINARY)
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
 _CTX = decimal.Context(prec=80, rounding=decimal.ROUND_CEILING)
 _NANO = Decimal("1e-9")
-_INT64_MAX = 2**63 - 1
 
 
 class QuantityError(ValueError):
@@ -81,13 +80,6 @@ def _scaled(value: Decimal, suffix: str) -> Decimal:
     return value.normalize(_CTX)
 
 
-def is_quantity(text: object) -> bool:
-    try:
-        parse_quantity(text)
-    except QuantityError:
-        return False
-    return True
-
 
 def milli_value(q: Decimal) -> int:
     """Whole milli-units, rounded up (upstream ``MilliValue``)."""
@@ -130,10 +122,6 @@ def format_decimal_si(q: Decimal) -> str:
         if is_whole(scaled):
             return f"{sign}{int(scaled)}{suffix}"
     return f"{sign}{int(v.scaleb(9, _CTX))}n"
-
-
-def clamp_int64(value: int) -> int:
-    return max(-_INT64_MAX - 1, min(_INT64_MAX, value))
 
 
 @memo

@@ -13,7 +13,6 @@ CPU, MEMORY = "cpu", "memory"
 BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
 BATCH_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
-MID_RESOURCES = (MID_CPU, MID_MEMORY)
 NATIVE_RESOURCES = (CPU, MEMORY)
 
 
@@ -146,12 +145,6 @@ def resource_list_path(field: str, index: int, kind: str) -> str:
     if field == "overhead":
         return "spec.overhead"
     return f"spec.{field}[{index}].resources.{kind}"
-
-
-def iter_resource_lists(spec: dict[str, Any]) -> Iterator[tuple[str, str, str, dict[str, Any]]]:
-    """(owner, path, kind, resource map) for every entry of ``resource_lists``."""
-    for owner, field, index, kind, values in resource_lists(spec):
-        yield owner, resource_list_path(field, index, kind), kind, values
 
 
 def asks(raw: object) -> bool:

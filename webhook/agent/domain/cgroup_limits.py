@@ -224,10 +224,9 @@ def _fit(quota: int, period: int, parent: tuple[int, int] | None) -> int:
     limit = _ratio(p_quota, p_period)
     if quota != UNLIMITED and _ratio(quota, period) <= limit:
         return quota
-    fitted = p_quota * period // p_period
-    while fitted > MIN_CFS_QUOTA and _ratio(fitted, period) > limit:
-        fitted -= 1
-    return fitted
+    # floor(p_quota * period / p_period) never has a larger ratio than the parent's (both floor the same
+    # fraction), so the kernel takes it.
+    return p_quota * period // p_period
 
 
 def _above(new: int, old: int) -> bool:

@@ -22,7 +22,6 @@ from webhook.core.quantity import QuantityError, milli_value, parse_quantity
 from webhook.core.resources import CPU
 
 CFS_QUOTA_POLICY = "cfsQuota"
-CPUSET_POLICY = "cpuset"
 BE_MIN_QUOTA = 2000                 # µs per period: koordlet's floor for the besteffort quota
 BYPASS_DELTA_RATIO = 0.01           # smaller moves than 1 % of the node's cores are not written
 MAX_INCREASE_RATIO = 0.1            # and the quota grows by at most 10 % of them per cycle

@@ -20,7 +20,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from webhook.agent.domain.durations import DurationError, parse_duration
-from webhook.core.quantity import QuantityError, format_binary_si, format_decimal_si, parse_quantity
+from webhook.core.quantity import QuantityError, canonical, format_binary_si, parse_quantity
 
 MEMORY_AVAILABLE = "memory.available"
 ALLOCATABLE_MEMORY_AVAILABLE = "allocatableMemory.available"
@@ -84,15 +84,8 @@ class ThresholdValue:
     def display(self, capacity: int) -> str:
         """As ``Quantity.String()`` prints it in the kubelet's eviction message."""
         if self.quantity is not None:
-            return _quantity_string(self.text, self.quantity)
+            return canonical(self.text)
         return format_binary_si(math.ceil(self.of(capacity)))
-
-
-def _quantity_string(text: str, q: Decimal) -> str:
-    """``Quantity.String()``: canonical form in the format the text was written in (BinarySI or DecimalSI)."""
-    if text.rstrip("0123456789").endswith("i") and q == int(q):
-        return format_binary_si(int(q))
-    return format_decimal_si(q)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +166,7 @@ def _statement(signal: str, val: str) -> ThresholdValue | None:
         return ThresholdValue(percentage=pct, text=val)
     q = _quantity(val)
     if q <= 0:
-        raise ThresholdError(f"eviction threshold {signal} must be positive: {_quantity_string(val, q)}")
+        raise ThresholdError(f"eviction threshold {signal} must be positive: {canonical(val)}")
     return ThresholdValue(quantity=q, text=val)
 
 
