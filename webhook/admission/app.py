@@ -18,8 +18,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from webhook import __version__
 from webhook.admission.asgi import ASGIApp, EdgePolicy, Middleware, ReviewDispatcher, Scope, Send, review_answer
 from webhook.admission.context import Settings
-from webhook.admission.review import AdmissionReview
-from webhook.admission.service import Endpoint, ReviewService, error_body
+from webhook.admission.review import AdmissionReview, Endpoint
+from webhook.admission.service import INTERNAL_ERROR, ReviewService, error_body
 from webhook.cluster.state import ClusterState
 
 JSON = "application/json"
@@ -88,7 +88,7 @@ def create_app(state: ClusterState, settings: Settings | None = None,
     @app.exception_handler(Exception)
     async def unexpected(_: Request, exc: Exception) -> Response:
         log.error("unexpected error: %s", type(exc).__name__)
-        return _error(500, "internal error; see the webhook's log")
+        return _error(500, INTERNAL_ERROR)
 
     def openapi_schema() -> dict[str, Any]:
         # The review routes read the raw body for speed, so their schema is registered by hand.

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission.offload import ForkedWorker
-from webhook.admission.review import MAX_BODY_BYTES
-from webhook.admission.service import Answer, Endpoint, Evaluation, ReviewService, error_body
+from webhook.admission.review import MAX_BODY_BYTES, REVIEW_PATHS, Endpoint
+from webhook.admission.service import Answer, Evaluation, ReviewService, error_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -39,7 +39,6 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Middleware = Callable[[ASGIApp], ASGIApp]
 
-REVIEW_PATHS: dict[str, Endpoint] = {"/mutate": "mutate", "/validate": "validate"}
 RETRY_AFTER_SECONDS = 1  # the apiserver's webhook timeout is a few seconds: one retry fits
 log = logging.getLogger("webhook.admission")
 
@@ -162,8 +161,7 @@ class ReviewDispatcher:
         length = _content_length(scope["headers"])
         large = length is not None and length > policy.large_body_bytes
         if large and self.large_in_flight >= policy.max_large_in_flight:
-            return await _send(send, _busy(f"{self.large_in_flight} large reviews are in flight, the limit "
-                                           "(--max-large-in-flight)"))
+            return await _send(send, self._large_busy())
         self.in_flight += 1
         self.large_in_flight += large
         try:
@@ -174,8 +172,7 @@ class ReviewDispatcher:
                 return await _send(send, body)
             if not large and len(body) > policy.large_body_bytes:  # no Content-Length: known only now
                 if self.large_in_flight >= policy.max_large_in_flight:
-                    return await _send(send, _busy(f"{self.large_in_flight} large reviews are in flight, the "
-                                                   "limit (--max-large-in-flight)"))
+                    return await _send(send, self._large_busy())
                 large = True
                 self.large_in_flight += 1
             if not large:
@@ -187,6 +184,9 @@ class ReviewDispatcher:
                 self.large_in_flight -= 1
                 if self.large_in_flight == 0:  # the burst is over: give back the memory it took
                     asyncio.get_running_loop().run_in_executor(self._executor(), self._end_burst)
+
+    def _large_busy(self) -> Answer:
+        return _busy(f"{self.large_in_flight} large reviews are in flight, the limit (--max-large-in-flight)")
 
     async def _answer_in_worker(self, endpoint: Endpoint, body: bytes) -> Answer:
         loop = asyncio.get_running_loop()

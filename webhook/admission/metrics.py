@@ -22,6 +22,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from webhook import __version__
+from webhook.admission.review import REVIEW_PATHS
 from webhook.cluster.state import ClusterState
 
 # Buckets below 5 ms: the apiserver's own smallest bucket is 5 ms and we answer well under it.
@@ -29,7 +30,6 @@ LATENCY_BUCKETS = (0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 
 # client_golang's DefBuckets, which controller-runtime's latency histogram uses: the same `le` values as the
 # dashboards operators already have (prometheus_client's own defaults differ).
 GO_DEFAULT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-REVIEW_PATHS = ("/mutate", "/validate")
 
 
 class Metrics:

@@ -26,7 +26,8 @@ import signal
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
-from webhook.admission.service import Answer, Endpoint, Evaluation, ReviewService, error_body
+from webhook.admission.review import Endpoint
+from webhook.admission.service import INTERNAL_ERROR, Answer, Evaluation, ReviewService, error_body
 
 log = logging.getLogger("webhook.admission.offload")
 CHILD_NICENESS = 10
@@ -59,7 +60,7 @@ class ForkedWorker:
                 os.kill(self.pid, signal.SIGKILL)
             log.error("the process answering large reviews (pid %d) failed: %s; the review gets a 500",
                       self.pid, exc or type(exc).__name__)
-            answer = Answer(500, error_body(500, "internal error; see the webhook's log"))
+            answer = Answer(500, error_body(500, INTERNAL_ERROR))
             return Evaluation(answer, endpoint, "unknown", "error", 0.0)
         if not isinstance(evaluation, Evaluation):  # from our own child; never expected
             raise TypeError(f"unexpected reply from the review process: {type(evaluation).__name__}")

@@ -14,6 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from webhook.admission.response import Decision
 
+Endpoint = Literal["mutate", "validate"]
+REVIEW_PATHS: dict[str, Endpoint] = {"/mutate": "mutate", "/validate": "validate"}  # path -> endpoint
+
 API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
 MAX_BODY_BYTES = 3 * 1024 * 1024
 

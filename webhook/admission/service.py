@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Literal
 
 import orjson
 
@@ -19,12 +18,18 @@ from webhook.admission import chain
 from webhook.admission.context import Settings
 from webhook.admission.metrics import Metrics
 from webhook.admission.response import Decision, errored
-from webhook.admission.review import AdmissionRequest, ReviewError, decode_review, encode_response
+from webhook.admission.review import (
+    AdmissionRequest,
+    Endpoint,
+    ReviewError,
+    decode_review,
+    encode_response,
+)
 from webhook.cluster.state import ClusterState
 
 log = logging.getLogger("webhook.admission")
 
-Endpoint = Literal["mutate", "validate"]
+INTERNAL_ERROR = "internal error; see the webhook's log"  # never a traceback in an answer
 UNWRITABLE = ("request.object cannot be written back in a patch: it nests deeper than 255 levels "
               "or holds an integer beyond 64 bits")
 
@@ -134,4 +139,4 @@ class ReviewService:
             return done(Answer(200, payload, decision, review.apiVersion, req.uid), outcome)
         except Exception:  # never a traceback in a response
             log.exception("unexpected error answering %s", endpoint)
-            return done(Answer(500, error_body(500, "internal error; see the webhook's log")), "error")
+            return done(Answer(500, error_body(500, INTERNAL_ERROR)), "error")

@@ -52,10 +52,8 @@ _OUTCOMES = {201: EvictOutcome.EVICTED, 200: EvictOutcome.EVICTED, 429: EvictOut
 
 
 def _status_message(exc: Any) -> str:
-    try:
-        return str(json.loads(exc.body).get("message") or exc.reason)
-    except (TypeError, ValueError, AttributeError):
-        return str(getattr(exc, "reason", exc))
+    """The API's message for a failed call: its Status body's, else the HTTP reason."""
+    return _message(getattr(exc, "body", None), str(getattr(exc, "reason", exc)))
 
 
 def _message(data: bytes | str | None, default: str) -> str:

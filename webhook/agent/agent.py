@@ -1,7 +1,7 @@
-"""The node agent's cycle: measure, decide (webhook.core), act (or log, in dry runs).
+"""The node agent's cycle: measure, decide (webhook.agent.domain and webhook.core), act (or log, in dry runs).
 
-Everything that decides is in ``webhook.core``; this module only wires samples, cluster objects and
-configuration into those functions and hands the outcome to ``KubeActions``.
+Everything that decides is pure, in ``webhook.agent.domain`` and the shared ``webhook.core``; this module only
+wires samples, cluster objects and configuration into those functions and hands the outcome to ``KubeActions``.
 """
 
 from __future__ import annotations

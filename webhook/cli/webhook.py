@@ -18,8 +18,8 @@ from webhook.admission.context import MAX_CONTAINERS, MAX_PATCH_BYTES, Settings
 from webhook.admission.domain.patch import apply_ops
 from webhook.admission.quota_config import QuotaConfigError, load_quota_config
 from webhook.admission.response import Decision, chain_outcome
-from webhook.admission.review import encode_response
-from webhook.admission.service import Answer, Endpoint, ReviewService
+from webhook.admission.review import Endpoint, encode_response
+from webhook.admission.service import Answer, ReviewService
 from webhook.cli.common import (
     LOG_LEVELS,
     UsageError,
