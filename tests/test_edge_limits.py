@@ -4,6 +4,7 @@ denial naming the limit), and large reviews answered by a forked child exactly a
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import socket
@@ -246,6 +247,9 @@ def test_a_large_review_gets_the_same_answer_as_in_process(server: Server, examp
     outcome = "patched" if endpoint == "mutate" else "allowed"
     assert f'colocation_webhook_requests_total{{endpoint="{endpoint}",operation="CREATE",outcome="{outcome}"}} 1.0' \
         in metrics
+    if endpoint == "mutate":  # counted here from what the child sent back (it sends no patch objects)
+        ops = len(json.loads(base64.b64decode(r.json()["response"]["patch"])))
+        assert ops and f'colocation_webhook_patch_operations_total{{rule="batch-resources"}} {float(ops)}' in metrics
 
 
 def test_a_rule_that_raises_in_the_forked_child_is_counted_here(server: Server,

@@ -23,6 +23,7 @@ import logging
 import os
 import pickle
 import signal
+from dataclasses import replace
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
@@ -96,10 +97,19 @@ def _child_main(conn: Connection, service: ReviewService) -> None:
                 endpoint, body = pickle.loads(conn.recv_bytes())
             except EOFError:
                 break
-            conn.send_bytes(pickle.dumps(service.evaluate(endpoint, body), protocol=pickle.HIGHEST_PROTOCOL))
+            conn.send_bytes(pickle.dumps(_lean(service.evaluate(endpoint, body)), protocol=pickle.HIGHEST_PROTOCOL))
         status = 0
     except BaseException:  # nothing may escape into the parent's event loop, which this copy holds
         log.exception("the process answering large reviews failed")
     finally:
         logging.shutdown()
         os._exit(status)
+
+
+def _lean(evaluation: Evaluation) -> Evaluation:
+    """What the parent needs: the answer's body and what ``record`` counts. The patch is in the body already;
+    as Python objects it would only cost the parent time under the GIL to unpickle (up to 1 MiB of ops)."""
+    decision = evaluation.answer.decision
+    if decision is None or not decision.patch:
+        return evaluation
+    return replace(evaluation, answer=replace(evaluation.answer, decision=replace(decision, patch=[])))
