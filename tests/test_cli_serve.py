@@ -152,3 +152,19 @@ def test_serve_refuses_a_client_ca_that_is_no_ca_and_a_shared_metrics_port(tmp_p
     r = subprocess.run([*CLI, "serve", "--port", port, "--metrics-port", port], cwd=tmp_path, env=ENV,
                        capture_output=True, text=True, timeout=30)
     assert r.returncode == 2 and "is the admission port" in r.stderr
+
+
+def test_serve_names_what_is_wrong_with_the_tls_pair(tmp_path: Path) -> None:
+    (tmp_path / "garbage.crt").write_text("not a certificate\n")
+    (tmp_path / "garbage.key").write_text("not a key\n")
+    (tmp_path / "folder").mkdir()
+    for cert, key, error in [
+        ("garbage.crt", "garbage.key", "--tls-cert-file/--tls-private-key-file: "),  # then check_pair's words
+        ("folder", "garbage.key", f"--tls-cert-file: {tmp_path / 'folder'} is not a file"),
+    ]:
+        r = subprocess.run([*CLI, "serve", "--port", str(free_port()), "--metrics-port", "0", "--tls-cert-file",
+                            str(tmp_path / cert), "--tls-private-key-file", str(tmp_path / key)],
+                           cwd=tmp_path, env=ENV, capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2, r.stderr
+        assert error in r.stderr and "Traceback" not in r.stderr, r.stderr
+        assert cert == "folder" or "the certificate does not parse" in r.stderr, r.stderr

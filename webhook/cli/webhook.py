@@ -73,7 +73,7 @@ def serve(args: argparse.Namespace) -> int:
     from webhook.admission.serving import AdmissionServer
     from webhook.tls.certs import ensure_localhost
     from webhook.tls.policy import ClientCAError
-    from webhook.tls.watch import wait_for_pair
+    from webhook.tls.watch import pair_unusable, wait_for_pair
 
     setup_logging(args.log_format, args.log_level)
     if bool(args.tls_cert_file) != bool(args.tls_private_key_file):
@@ -92,7 +92,10 @@ def serve(args: argparse.Namespace) -> int:
             return 0
         for flag, p in (("--tls-cert-file", cert), ("--tls-private-key-file", key)):
             if not p.is_file():
-                raise UsageError(f"{flag}: {p} does not exist")
+                raise UsageError(f"{flag}: {p} does not exist" if not p.exists() else f"{flag}: {p} is not a file")
+        # The checks a renewal gets (parses, key matches, in date) before serving, not OpenSSL's bare "PEM lib".
+        if (reason := pair_unusable(cert, key)) is not None:
+            raise UsageError(f"--tls-cert-file/--tls-private-key-file: {reason}")
     else:
         paths, created = ensure_localhost(Path("certs"))
         cert, key = paths.cert, paths.key

@@ -124,7 +124,7 @@ class CertWatcher:
         return sorted(str(d) for d in found if d.is_dir())
 
 
-def _unusable(cert: Path, key: Path) -> str | None:
+def pair_unusable(cert: Path, key: Path) -> str | None:
     """Why ``cert``/``key`` cannot be served yet, or None."""
     try:
         pair = cert.read_bytes(), key.read_bytes()
@@ -151,7 +151,7 @@ def wait_for_pair(cert: Path, key: Path, poll_seconds: float = 1.0, stop: thread
         handlers = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         reported = None
-        while (reason := _unusable(cert, key)) is not None:
+        while (reason := pair_unusable(cert, key)) is not None:
             if reason != reported:
                 log.warning("waiting for the TLS certificate (--wait-for-certs): %s; checking every %g s",
                             reason, poll_seconds)
