@@ -64,13 +64,16 @@ class Colocation:
     resourceDiffThreshold: float = 0.1
 
 
+DEFAULT_EVICT_THRESHOLD = 70  # koordlet's memoryEvictThresholdPercent
+
+
 @dataclass(frozen=True, slots=True)
 class MemoryEvict:
     """The memory watermark for one node (resource-threshold-config), every field resolved."""
 
     enable: bool = False
-    memoryEvictThresholdPercent: int = 70
-    memoryEvictLowerPercent: int = 68
+    memoryEvictThresholdPercent: int = DEFAULT_EVICT_THRESHOLD
+    memoryEvictLowerPercent: int = DEFAULT_EVICT_THRESHOLD - 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +111,8 @@ class SloConfig:
 
     def cpu_suppress_for_node(self, labels: Mapping[str, str]) -> CPUSuppress:
         fields = self._threshold_fields(labels)
-        return CPUSuppress(bool(fields.get("enable", False)), fields.get("cpuSuppressThresholdPercent", 65),
-                           fields.get("cpuSuppressMinPercent"), fields.get("cpuSuppressPolicy", "cpuset"))
+        given = {k: fields[k] for k in CPUSuppress.__dataclass_fields__ if k in fields}  # the rest: defaults
+        return CPUSuppress(**{**given, "enable": bool(given.get("enable", False))})
 
     def _threshold_fields(self, labels: Mapping[str, str]) -> dict[str, Any]:
         thr = dict(self.threshold)
@@ -127,7 +130,7 @@ def _first_match(overrides: tuple[_Override, ...], labels: Mapping[str, str]) ->
 
 
 def _memory_evict(fields: Mapping[str, Any]) -> MemoryEvict:
-    threshold = fields.get("memoryEvictThresholdPercent", 70)
+    threshold = fields.get("memoryEvictThresholdPercent", DEFAULT_EVICT_THRESHOLD)
     lower = fields.get("memoryEvictLowerPercent")
     if lower is None:
         lower = max(threshold - 2, 0)
@@ -197,7 +200,7 @@ def _overrides(model: type[_Strict], key: str, list_name: str, items: Any) -> tu
 
 def _check_watermarks(key: str, where: str, fields: Mapping[str, Any]) -> None:
     lower = fields.get("memoryEvictLowerPercent")
-    threshold = fields.get("memoryEvictThresholdPercent", 70)
+    threshold = fields.get("memoryEvictThresholdPercent", DEFAULT_EVICT_THRESHOLD)
     if lower is not None and lower >= threshold:
         raise SloConfigError(f"{key}: {where}memoryEvictLowerPercent ({lower}) must be less than "
                              f"memoryEvictThresholdPercent ({threshold})")
