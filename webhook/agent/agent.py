@@ -52,7 +52,7 @@ from webhook.agent.domain.thresholds import (
 from webhook.agent.metrics import UNITS, AgentMetrics, Health
 from webhook.agent.notify import WAKE, MemoryWatch
 from webhook.cluster.state import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
-from webhook.core.qos import is_be, kube_qos_class
+from webhook.core.qos import is_be, is_terminal, kube_qos_class
 from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
 from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
 
@@ -99,7 +99,7 @@ def pod_view(pod: dict[str, Any]) -> PodView:
     req = pod_requests(pod)
     return PodView(pod, (pod.get("metadata") or {}).get("uid") or "", be,
                    be or kube_qos_class(pod) == "BestEffort",
-                   (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"),
+                   is_terminal(pod),
                    milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0)
 
 

@@ -34,7 +34,7 @@ from webhook.agent.domain.cgroup_limits import (
     pod_limits,
 )
 from webhook.agent.metrics import AgentMetrics
-from webhook.core.qos import is_be
+from webhook.core.qos import is_be, is_terminal
 
 log = logging.getLogger("colocation-agent")
 
@@ -212,7 +212,7 @@ class CgroupFiles:
                 known = None                            # another object, or another folder: all read anew
             if known is None or now >= known.until or (stale and not stale.isdisjoint(known.paths)):
                 # A pod object seen before is BE and running still; a new one is checked (and remembered).
-                if not is_be(pod) or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                if not is_be(pod) or is_terminal(pod):
                     continue
                 old = seen.get(uid)
                 limits = known.limits if known is not None else pod_limits(pod)

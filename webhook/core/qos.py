@@ -35,6 +35,13 @@ def states_qos_class(pod: dict[str, Any]) -> bool:
     return QOS_LABEL in (meta.get("labels") or {}) or LEGACY_QOS_ANNOTATION in (meta.get("annotations") or {})
 
 
+def is_terminal(pod: dict[str, Any]) -> bool:
+    """Succeeded or Failed: the pod's containers are done; it holds no resources (quota usage, the
+    kubelet's eviction candidates, cgroups)."""
+    status = pod.get("status")
+    return isinstance(status, dict) and status.get("phase") in ("Succeeded", "Failed")
+
+
 def is_be(pod: dict[str, Any]) -> bool:
     return koord_qos_class(pod) == "BE"
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from webhook.core.qos import kube_qos_class
+from webhook.core.qos import is_terminal, kube_qos_class
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import CPU, MEMORY, pod_requests
 from webhook.core.selectors import expression_matches
@@ -128,10 +128,6 @@ def format_scopes(requirements: list[dict[str, Any]]) -> str:
 
 # -- usage ------------------------------------------------------------------------------------
 
-def _terminal(pod: dict[str, Any]) -> bool:
-    return (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed")
-
-
 def _pod_limits(pod: dict[str, Any]) -> dict[str, Decimal]:
     """``PodLimits``: containers summed, max with each init container, overhead on limited resources."""
     spec = pod.get("spec") or {}
@@ -172,7 +168,7 @@ def pod_usage(pod: dict[str, Any]) -> dict[str, Decimal]:
     and therefore not charged at all.
     """
     usage: dict[str, Decimal] = {POD_COUNT: Decimal(1)}
-    if _terminal(pod):
+    if is_terminal(pod):
         return usage
     usage["pods"] = Decimal(1)
     requests, limits = pod_requests(pod), _pod_limits(pod)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.agent.domain.thresholds import KUBELET, WATERMARK, Observation, Threshold, amount_to_free, node_low_message
-from webhook.core.qos import is_be
+from webhook.core.qos import is_be, is_terminal
 from webhook.core.quantity import int_value
 from webhook.core.resources import MEMORY, pod_requests
 
@@ -54,7 +54,7 @@ def candidates(pods: Iterable[dict[str, Any]], usage: Mapping[str, int | None],
         meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
         uid = meta.get("uid") or ""
         used = usage.get(uid)
-        if used is None or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        if used is None or is_terminal(pod):
             continue
         prio = spec.get("priority")
         prio = prio if isinstance(prio, int) and not isinstance(prio, bool) else None
