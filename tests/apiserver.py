@@ -13,6 +13,7 @@ what the client sent (a create, then a get of the same object); its answers use 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -216,3 +217,33 @@ class ReplayAPIServer:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+class Blackhole:
+    """Accepts TCP connections and never answers: each request waits for its read timeout."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.accepted: list[socket.socket] = []
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.accepted.append(conn)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+        for c in self.accepted:
+            c.close()

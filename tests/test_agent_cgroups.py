@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -16,6 +14,7 @@ from typing import Any
 import pytest
 
 from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
+from tests.apiserver import Blackhole
 from tests.test_agent_end_to_end import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
 from webhook.agent.actions import KubeActions
 from webhook.agent.agent import Agent, AgentOptions
@@ -278,34 +277,6 @@ def test_healthz_reports_the_age_of_the_last_cycle() -> None:
 
 
 # -- API server unreachable ---------------------------------------------------------------------------------------
-class Blackhole:
-    """Accepts TCP connections and never answers: each request waits for its read timeout."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.accepted: list[socket.socket] = []
-        self._stop = False
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while not self._stop:
-            try:
-                conn, _ = self.sock.accept()
-            except OSError:
-                return
-            self.accepted.append(conn)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-
-    def close(self) -> None:
-        self._stop = True
-        self.sock.close()
-        for c in self.accepted:
-            c.close()
 
 
 def test_unreachable_api_costs_one_timeout_per_cycle_and_cgroups_are_still_enforced(tmp_path: Path) -> None:

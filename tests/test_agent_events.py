@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.apiserver import ReplayAPIServer, load_exchange
+from tests.apiserver import Blackhole, ReplayAPIServer, load_exchange
 from tests.events_api import EventsAPI, create_errors
 from webhook.agent.actions import KubeActions
 from webhook.agent.domain.event_series import (
@@ -248,13 +248,22 @@ def test_a_refused_event_is_logged_and_false(srv: ReplayAPIServer, caplog: pytes
 
 
 def test_an_unreachable_api_server_costs_one_call_per_cycle() -> None:
+    import urllib3
     from kubernetes import client
 
-    actions = KubeActions(client.ApiClient(client.Configuration(host="http://127.0.0.1:9")), NODE, timeout=0.5,
-                          connect_timeout=0.2, wall=Clock())
-    assert not actions.event(POD, "evictPodFail", "n", "Evict")
-    assert actions.unreachable is not None
-    assert not actions.event(POD, "evictPodSuccess", "n", "Evict")   # no second try this cycle
-    actions.begin_cycle()
-    assert actions.unreachable is None
+    hole = Blackhole()                              # accepts and never answers: each call costs its timeout
+    try:
+        cfg = client.Configuration(host=hole.url)
+        cfg.retries = urllib3.Retry(total=3, connect=0)
+        actions = KubeActions(client.ApiClient(cfg), NODE, timeout=0.5, connect_timeout=0.5, wall=Clock())
+        assert not actions.event(POD, "evictPodFail", "n", "Evict")
+        assert actions.unreachable is not None
+        assert not actions.event(POD, "evictPodSuccess", "n", "Evict")   # no second try this cycle
+        assert len(hole.accepted) == 1
+        actions.begin_cycle()
+        assert actions.unreachable is None
+        assert not actions.event(POD, "evictPodSuccess", "n", "Evict")   # the next cycle tries again, once
+        assert len(hole.accepted) == 2
+    finally:
+        hole.close()
 
