@@ -71,12 +71,18 @@ class RealCgroupRoot:
         self.root = Path(tempfile.mkdtemp(prefix="colocation-cgroot-"))
         self.real: dict[str, Path] = {}
         self._made: list[Path] = []
+        try:
+            self._make(memory_at_root)
+        except BaseException:  # what was made before the failure goes too (a host kubepods above all)
+            self.cleanup()
+            raise
+
+    def _make(self, memory_at_root: bool) -> None:
         for ctl in V1_CONTROLLERS:
             mount = (CGROUP_FS / ctl).resolve()
             if ctl == "memory" and memory_at_root:
                 kubepods = mount / "kubepods"
                 if kubepods.exists():
-                    shutil.rmtree(self.root, ignore_errors=True)
                     raise FileExistsError(f"{kubepods} exists (a real node's?): not touching it")
                 kubepods.mkdir()
                 self._made.append(kubepods)
@@ -152,6 +158,9 @@ class RealCgroupRoot:
                 except OSError:
                     time.sleep(0.02)   # a killed task leaves its cgroup a moment later
         shutil.rmtree(self.root, ignore_errors=True)
+        left = [str(f) for f in folders if f.exists()]
+        if left:  # a leak must not pass unseen: later runs would trip over it
+            raise RuntimeError(f"cgroups left behind after the test: {', '.join(left)}")
 
 
 @contextmanager
