@@ -74,11 +74,17 @@ class _Context:
         return (meta.get("namespace") if isinstance(meta, dict) else None) or self.request.namespace
 
     @property
-    def pod_name(self) -> str:
-        """The name used in Forbidden prefixes: name, else generateName, else "Unknown"."""
+    def identity(self) -> str:
+        """The pod's name, else the request's, else its generateName ("" when none: a pod being created with
+        generateName has no name yet)."""
         meta = self.pod.get("metadata")
         meta = meta if isinstance(meta, dict) else {}
-        return meta.get("name") or self.request.name or meta.get("generateName") or "Unknown"
+        return meta.get("name") or self.request.name or meta.get("generateName") or ""
+
+    @property
+    def pod_name(self) -> str:
+        """The name used in Forbidden prefixes: ``identity``, else "Unknown"."""
+        return self.identity or "Unknown"
 
     def warn(self, text: str) -> None:
         """A warning for the client (kubectl prints it), shortened to the apiserver's 120 characters."""

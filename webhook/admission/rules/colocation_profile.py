@@ -44,9 +44,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
         return None
     ns = ctx.namespace
     ns_labels = ctx.state.namespace_labels(ns)
-    meta = ctx.pod.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    identity = meta.get("name") or ctx.request.name or meta.get("generateName") or ""
+    identity = ctx.identity
     draw = probability_draw(ns, identity)
     if ctx.explain is not None:
         _explain(ctx, pset, ns, ns_labels, draw, identity)
