@@ -161,16 +161,16 @@ def shown(raw: object) -> str:
     return raw if isinstance(raw, str) else str(raw)
 
 
-def quantity_errors(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> list[str]:
+def quantity_errors(lists: list[ResourceList]) -> list[str]:
     """Upstream field errors for every requests/limits/overhead value that is not a quantity, in spec
     order: ``spec.containers[0].resources.requests[cpu]: Invalid value: "abc": quantities must match ...``.
 
     The apiserver refuses such a pod when it decodes it (400, the same quantity text without the
     field); a webhook can be sent one anyway (``review``, a direct post, another webhook's patch).
-    ``lists``: ``resource_lists(spec)`` when the caller has it already.
+    ``lists``: the pod's ``resource_lists``.
     """
     errors: list[str] = []
-    for _, field, index, kind, values in resource_lists(spec) if lists is None else lists:
+    for _, field, index, kind, values in lists:
         for name, raw in values.items():
             try:
                 parse_quantity(raw)

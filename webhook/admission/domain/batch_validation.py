@@ -7,7 +7,6 @@ milli-cores as a whole number ("1k" is one core) and batch-memory whole bytes.
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
 
 from webhook.core.fielderrors import invalid
 from webhook.core.quantity import QuantityError, is_whole, parse_quantity
@@ -18,7 +17,6 @@ from webhook.core.resources import (
     ResourceList,
     asks,
     resource_list_path,
-    resource_lists,
     shown,
 )
 
@@ -33,12 +31,12 @@ SMALL_BATCH_CPU = 100  # below a tenth of a core: almost certainly meant as core
 _ABSENT = object()
 
 
-def mixing_error(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> str | None:
-    """The denial text when ``spec`` asks for batch and native cpu/memory together, else None.
-    ``lists``: ``resource_lists(spec)`` when the caller has it already."""
+def mixing_error(lists: list[ResourceList]) -> str | None:
+    """The denial text when the pod (its ``resource_lists``) asks for batch and native cpu/memory together,
+    else None."""
     batch: dict[str, list[str]] = {}   # owner -> names asked for, in spec order
     native: dict[str, list[str]] = {}
-    for owner, _, _, _, values in resource_lists(spec) if lists is None else lists:
+    for owner, _, _, _, values in lists:
         for name, raw in values.items():
             bucket = batch if name in BATCH_RESOURCES else native if name in NATIVE_RESOURCES else None
             if bucket is not None and asks(raw):
@@ -69,11 +67,11 @@ def _batch_quantity(name: str, raw: object) -> tuple[str | None, Decimal | None]
     return None, q
 
 
-def small_batch_cpu_warnings(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> list[str]:
+def small_batch_cpu_warnings(lists: list[ResourceList]) -> list[str]:
     """A warning per owner whose batch-cpu is above 0 and under 100 milli-cores: "2" is usually
     meant as 2 cores. Stated as a fact, not a guess: a conversion of ``cpu: 50m`` writes "50" too."""
     warnings: list[str] = []
-    for owner, _, _, _, values in resource_lists(spec) if lists is None else lists:
+    for owner, _, _, _, values in lists:
         raw = values.get(BATCH_CPU, _ABSENT)
         if raw is _ABSENT:
             continue
@@ -90,16 +88,15 @@ def small_batch_cpu_warnings(spec: dict[str, Any], lists: list[ResourceList] | N
     return warnings
 
 
-def unit_problems(spec: dict[str, Any], lists: list[ResourceList] | None = None) -> list[str]:
+def unit_problems(lists: list[ResourceList]) -> list[str]:
     """Upstream ``field.Error`` texts, with the field path, for the batch-cpu and batch-memory
-    quantities of ``spec``: not whole, negative, or a request above its limit.
-    ``lists``: ``resource_lists(spec)`` when the caller has it already.
+    quantities of the pod (its ``resource_lists``): not whole, negative, or a request above its limit.
     """
     errors: list[str] = []
     # (field, index, name) -> (raw, value), per kind: one entry per resources block and batch resource
     requests: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
     limits: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
-    for _, field, index, kind, values in resource_lists(spec) if lists is None else lists:
+    for _, field, index, kind, values in lists:
         for name in BATCH_RESOURCES:
             raw = values.get(name, _ABSENT)
             if raw is _ABSENT:

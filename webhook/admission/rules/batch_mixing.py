@@ -25,12 +25,11 @@ def validate(ctx: ValidatingContext) -> Denial | None:
     shape = review_shape_error(ctx.pod, ctx.old_pod if ctx.request.operation == "UPDATE" else None)
     if shape is not None:
         return bad_request(shape)
-    spec = ctx.pod["spec"]
     lists = ctx.resource_lists
-    bad = quantity_errors(spec, lists)
+    bad = quantity_errors(lists)
     if bad:
         return bad_request(aggregate(bad))
-    message = mixing_error(spec, lists)
+    message = mixing_error(lists)
     if message is not None:
         return denied(message)
     ctx.note(NAME, "containers, init containers and overhead: batch and native cpu/memory not mixed")

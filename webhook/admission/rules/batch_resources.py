@@ -55,7 +55,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
     if not isinstance(spec, dict):
         return None
     lists = resource_lists(spec)
-    bad = quantity_errors(spec, lists)
+    bad = quantity_errors(lists)
     if bad:  # converting the rest would hand back a half-converted pod the validating rules misread
         message = aggregate(bad)
         ctx.note(NAME, f"denied: {message}")
@@ -63,7 +63,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
     # What the user wrote: a container asking for batch-cpu is never converted below, and the
     # owners an earlier pass converted are left out.
     converted = ctx.facts.converted
-    for text in small_batch_cpu_warnings(spec, [e for e in lists if (e[1], e[2]) not in converted]):
+    for text in small_batch_cpu_warnings([e for e in lists if (e[1], e[2]) not in converted]):
         ctx.warn(text)
         ctx.note(NAME, f"warning: {text}")
     priority = ctx.facts.priority if ctx.facts.priority is not None else spec.get("priority")

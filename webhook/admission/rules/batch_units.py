@@ -20,8 +20,7 @@ def handles(request: AdmissionRequest) -> bool:
 
 
 def validate(ctx: ValidatingContext) -> Denial | None:
-    spec = ctx.pod.get("spec") or {}
-    errors = unit_problems(spec, ctx.resource_lists)
+    errors = unit_problems(ctx.resource_lists)
     if errors:
         return denied(aggregate(errors))
     ctx.note(NAME, "batch-cpu/batch-memory: whole milli-cores and bytes, requests not above limits")
