@@ -31,7 +31,7 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from webhook.cluster.files import yaml_problem
-from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Key, Kind, object_key
+from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Kind, object_key
 from webhook.cluster.strict import CUSTOM_KINDS, check
 
 __all__ = ["KindStatus", "LiveSource", "LiveSourceError"]
@@ -168,7 +168,6 @@ class _Reflector:
         # The apiserver enforces the built-in kinds' schemas; a CRD may preserve unknown fields, so those
         # objects are checked here and kept marked invalid (the rules fail closed on them).
         self.checked = kind.kind in CUSTOM_KINDS
-        self.rejected: dict[Key, str] = {}  # reported once per object and reason
         self.status = KindStatus()
         self.call = _list_function(source.api_client, kind, namespace)
         self._active: urllib3.HTTPResponse | None = None
@@ -282,8 +281,6 @@ class _Reflector:
         self._recovered()
         kept = [self._fill(o) for o in items if self._wanted(o)]
         invalid = {object_key(o): why for o in kept if (why := self._check(o)) is not None}
-        for key in set(self.rejected) - {object_key(o) for o in kept}:
-            del self.rejected[key]  # gone from the cluster
         self.source.state.replace(self.kind.kind, kept, invalid)
         self.status.lists += 1
         self.status.resource_version = rv
@@ -310,13 +307,12 @@ class _Reflector:
             return None
         why = check(obj)
         key = object_key(obj)
-        if why != self.rejected.get(key):
+        # The state holds the marks this reflector set (replace and delete clear what left the cluster).
+        if why != self.source.state.invalid(self.kind.kind).get(key):
             if why is not None:
                 log.warning("%s %s: %s; not applied until it is fixed", self.label, key[1], why)
-                self.rejected[key] = why
             else:
                 log.info("%s %s: fixed, applied again", self.label, key[1])
-                del self.rejected[key]
         return why
 
     # -- watch ----------------------------------------------------------------------------
@@ -355,7 +351,6 @@ class _Reflector:
                         state.upsert(kind, obj, self._check(obj))
                 elif etype == "DELETED":
                     state.delete(kind, obj)
-                    self.rejected.pop(object_key(obj), None)
                 new_rv = (obj.get("metadata") or {}).get("resourceVersion")
                 if new_rv:
                     rv = new_rv
