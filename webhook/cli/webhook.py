@@ -43,9 +43,8 @@ EXIT_DENIED = 1
 
 
 def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings(on_rule_error=getattr(args, "on_rule_error", "allow"),
-                        max_containers=getattr(args, "max_containers", MAX_CONTAINERS),
-                        max_patch_bytes=getattr(args, "max_patch_bytes", MAX_PATCH_BYTES))
+    settings = Settings(on_rule_error=args.on_rule_error, max_containers=args.max_containers,
+                        max_patch_bytes=args.max_patch_bytes)
     if args.quota_config is None:
         return settings
     try:
@@ -282,6 +281,19 @@ DESCRIPTION = """colocation-webhook: the admission webhook for colocated cluster
 """
 
 
+def _review_settings(p: argparse.ArgumentParser) -> None:
+    """What decides an answer, given to ``serve`` and ``review`` alike (``review`` answers as the server would)."""
+    p.add_argument("--quota-config", type=Path, metavar="F",
+                   help="the apiserver's AdmissionConfiguration (ResourceQuota limitedResources) for quota presence")
+    p.add_argument("--on-rule-error", choices=("allow", "deny"), default="allow",
+                   help="a rule that raises: allow the review with a warning naming the rule (fail-open, as "
+                        "failurePolicy Ignore asks), or deny it with a 500 (fail-closed)")
+    p.add_argument("--max-containers", type=positive, default=MAX_CONTAINERS, metavar="N",
+                   help="a pod with more containers (init, regular and ephemeral together) is denied with a 400")
+    p.add_argument("--max-patch-bytes", type=positive, default=MAX_PATCH_BYTES, metavar="N",
+                   help="a review whose JSONPatch would be larger is denied with a 400")
+
+
 def parser() -> argparse.ArgumentParser:
     p, sub = program_parser("colocation-webhook", DESCRIPTION)
 
@@ -301,8 +313,6 @@ def parser() -> argparse.ArgumentParser:
                           "KUBERNETES_SERVICE_HOST is set, else the embedded example state)")
     src.add_argument("--cluster-state", type=Path, metavar="DIR",
                      help="a folder of manifests to serve from, reloaded when a file changes")
-    s.add_argument("--quota-config", type=Path, metavar="F",
-                   help="the apiserver's AdmissionConfiguration (ResourceQuota limitedResources) for quota presence")
     s.add_argument("--client-ca-file", type=Path, metavar="F",
                    help="PEM CA bundle: reviews are answered only to a client presenting a certificate it signed "
                         "(the apiserver, through its AdmissionConfiguration kubeConfigFile; docs/deploy.md); "
@@ -310,22 +320,16 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
                    help="plain-HTTP port of /metrics, apart from the admission port; 0 disables it")
     s.add_argument("--openapi", action="store_true", help="also serve /openapi.json and /docs")
-    s.add_argument("--on-rule-error", choices=("allow", "deny"), default="allow",
-                   help="a rule that raises: allow the review with a warning naming the rule (fail-open, as "
-                        "failurePolicy Ignore asks), or deny it with a 500 (fail-closed)")
     s.add_argument("--max-in-flight", type=positive, default=EdgePolicy().max_in_flight, metavar="N",
                    help="reviews read or answered at once; one more is answered 429 with Retry-After")
     s.add_argument("--max-large-in-flight", type=positive, default=EdgePolicy().max_large_in_flight, metavar="N",
                    help="of them, reviews with a body over 64 KiB (answered one at a time off the event loop)")
-    s.add_argument("--max-containers", type=positive, default=MAX_CONTAINERS, metavar="N",
-                   help="a pod with more containers (init, regular and ephemeral together) is denied with a 400")
-    s.add_argument("--max-patch-bytes", type=positive, default=MAX_PATCH_BYTES, metavar="N",
-                   help="a review whose JSONPatch would be larger is denied with a 400")
     s.add_argument("--read-header-timeout", type=_seconds, default=ServeOptions().read_header_timeout, metavar="S",
                    help="seconds for the TLS handshake and then for a request's headers; the connection is "
                         "closed past it")
     s.add_argument("--read-timeout", type=_seconds, default=ServeOptions().read_timeout, metavar="S",
                    help="seconds for a whole request, body included, from its first byte (408 past it)")
+    _review_settings(s)
     s.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
     s.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the least severe level logged")
     s.set_defaults(func=serve)
@@ -336,8 +340,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("file", type=Path, metavar="FILE", help="a Pod manifest or an AdmissionReview (YAML or JSON)")
     r.add_argument("--cluster-state", type=Path, metavar="DIR",
                    help="a folder of manifests (default: the embedded example state)")
-    r.add_argument("--quota-config", type=Path, metavar="F",
-                   help="the apiserver's AdmissionConfiguration (ResourceQuota limitedResources)")
+    _review_settings(r)
     r.add_argument("--operation", choices=("CREATE", "UPDATE"),
                    help="the request's operation (default: UPDATE with --old, else CREATE)")
     r.add_argument("--old", type=Path, metavar="FILE", help="the pod before the update (for UPDATE)")
