@@ -221,11 +221,9 @@ def pod_shape_error(pod: dict[str, Any]) -> str | None:
         items = spec.get(key)
         if items is None:
             continue
-        if type(items) is not list:
-            return f"spec.{key}: Invalid value: must be a list"
+        if (err := _objects_error(items, f"spec.{key}")) is not None:
+            return err
         for i, c in enumerate(items):
-            if type(c) is not dict:
-                return f"spec.{key}[{i}]: Invalid value: must be an object"
             if not _is_text(c.get("name")):
                 return f"spec.{key}[{i}].name: Invalid value: must be a string"
             res = c.get("resources")
@@ -239,6 +237,16 @@ def pod_shape_error(pod: dict[str, Any]) -> str | None:
     if not _is_map(spec.get("overhead")):
         return "spec.overhead: Invalid value: must be a map of quantities"
     return _affinity_error(spec.get("affinity")) or _status_error(pod.get("status"))
+
+
+def _objects_error(items: Any, where: str) -> str | None:
+    """Why ``items`` is not a list of objects, or None."""
+    if type(items) is not list:
+        return f"{where}: Invalid value: must be a list"
+    for i, item in enumerate(items):
+        if type(item) is not dict:
+            return f"{where}[{i}]: Invalid value: must be an object"
+    return None
 
 
 def _affinity_error(affinity: Any) -> str | None:
@@ -255,11 +263,9 @@ def _affinity_error(affinity: Any) -> str | None:
             items = (terms or {}).get(field)
             if items is None:
                 continue
-            if type(items) is not list:
-                return f"{where}.{field}: Invalid value: must be a list"
+            if (err := _objects_error(items, f"{where}.{field}")) is not None:
+                return err
             for i, item in enumerate(items):
-                if type(item) is not dict:
-                    return f"{where}.{field}[{i}]: Invalid value: must be an object"
                 if inner is not None and not _is_map(item.get(inner)):
                     return f"{where}.{field}[{i}].{inner}: Invalid value: must be an object"
     return None
