@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from webhook.agent.domain.cgroup_limits import (
@@ -217,8 +217,7 @@ def test_v1_plans_are_accepted_by_the_kernel_at_every_step(be_quota: int, suppre
         quotas[f"be/p{i}"] = pod_q
         folders.append(Folder(f"be/p{i}", None, Current(pod_q, 100000), Limits(pod_ask), children=tuple(children)))
     kernel = _V1Kernel(quotas)
-    if not kernel._valid(quotas):
-        return  # the kernel could never have reached this state
+    assume(kernel._valid(quotas))  # else the kernel could never have reached this state
     writes = plan_writes(1, [Folder("be", None, Current(be_quota, 100000), quota=suppress, children=tuple(folders))],
                          PAGE)
     for w in writes:

@@ -39,7 +39,9 @@ def test_the_rendered_picture_shows_every_box_of_its_source() -> None:
 @pytest.mark.parametrize("folder", PURE)
 def test_pure_folders_do_no_io(folder: str) -> None:
     found = []
-    for path in sorted((ROOT / folder).rglob("*.py")):
+    paths = sorted((ROOT / folder).rglob("*.py"))
+    assert paths, f"{folder} holds no module: the check would pass on nothing"
+    for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
