@@ -51,7 +51,8 @@ def test_serve_with_no_flags_runs_on_the_embedded_state(tmp_path: Path) -> None:
         review = load_fixture("admission/v1-mutate-create-plain.json")
         r = httpx.post(url + "/mutate?timeout=10s", content=json.dumps(review), verify=verify)
         assert r.json()["response"]["uid"] == review["request"]["uid"]
-        assert (tmp_path / "certs" / "tls.key").stat().st_mode & 0o777 == 0o600
+        assert (tmp_path / "certs" / "localhost.key").stat().st_mode & 0o777 == 0o600
+        assert not (tmp_path / "certs" / "tls.key").exists()  # tls.* are certs generate's, never serve's
     finally:
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=15)
@@ -59,19 +60,6 @@ def test_serve_with_no_flags_runs_on_the_embedded_state(tmp_path: Path) -> None:
     assert "self-signed certificate for localhost" in err
     assert str(tmp_path / "certs" / "ca.crt") in err
     assert "Traceback" not in err
-
-
-def test_serve_reuses_valid_certificates(tmp_path: Path) -> None:
-    from webhook.tls.certs import ensure_localhost
-
-    paths, created = ensure_localhost(tmp_path / "certs")
-    assert created
-    before = paths.cert.read_bytes()
-    _, created_again = ensure_localhost(tmp_path / "certs")
-    assert not created_again and paths.cert.read_bytes() == before
-    paths.key.write_text("garbage")
-    _, recreated = ensure_localhost(tmp_path / "certs")
-    assert recreated and paths.cert.read_bytes() != before
 
 
 def test_serve_stops_with_exit_2_on_a_broken_state_file(tmp_path: Path) -> None:

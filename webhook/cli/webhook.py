@@ -40,6 +40,7 @@ from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 log = logging.getLogger("colocation-webhook")
 EXIT_DENIED = 1
+DEFAULT_CERT_DIR = Path("certs")
 
 
 def _settings(args: argparse.Namespace) -> Settings:
@@ -70,7 +71,7 @@ def _state(cluster_state: Path | None, kubeconfig: str | None = None,
 def serve(args: argparse.Namespace) -> int:
     from webhook.admission.app import create_server
     from webhook.admission.serving import AdmissionServer
-    from webhook.tls.certs import ensure_localhost
+    from webhook.tls.certs import CertsError, ensure_localhost
     from webhook.tls.policy import ClientCAError
     from webhook.tls.watch import pair_unusable, wait_for_pair
 
@@ -81,6 +82,8 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError("--kubeconfig and --cluster-state are alternatives; give one")
     if args.wait_for_certs and not args.tls_cert_file:
         raise UsageError("--wait-for-certs needs --tls-cert-file and --tls-private-key-file")
+    if args.cert_dir is not None and args.tls_cert_file:
+        raise UsageError("--cert-dir is where serve keeps a pair of its own; with --tls-cert-file it is not used")
     if args.metrics_port and args.metrics_port == args.port:
         raise UsageError(f"--metrics-port {args.metrics_port} is the admission port (--port); give another, or 0")
     settings = _settings(args)
@@ -96,10 +99,13 @@ def serve(args: argparse.Namespace) -> int:
         if (reason := pair_unusable(cert, key)) is not None:
             raise UsageError(f"--tls-cert-file/--tls-private-key-file: {reason}")
     else:
-        paths, created = ensure_localhost(Path("certs"))
+        cert_dir = args.cert_dir or DEFAULT_CERT_DIR
+        try:
+            paths, what = ensure_localhost(cert_dir.absolute(), args.host)
+        except CertsError as exc:
+            raise UsageError(f"--cert-dir {cert_dir}: {exc}") from None
         cert, key = paths.cert, paths.key
-        log.info("%s a self-signed certificate for localhost: CA %s, certificate %s, key %s",
-                 "created" if created else "reusing", paths.ca_cert.resolve(), cert.resolve(), key.resolve())
+        log.info("%s", what)
     policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight)
     webhook = create_server(state, settings, policy=policy, openapi=args.openapi)
     options = ServeOptions(host=args.host, port=args.port, metrics_port=args.metrics_port,
@@ -302,8 +308,12 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--host", default="0.0.0.0", help="address to listen on")
     s.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
     s.add_argument("--tls-cert-file", metavar="F",
-                   help="serving certificate (PEM); with no TLS flags a localhost pair is made under ./certs/")
+                   help="serving certificate (PEM); with no TLS flags serve makes a pair of its own (--cert-dir)")
     s.add_argument("--tls-private-key-file", metavar="F", help="its private key (PEM); goes with --tls-cert-file")
+    s.add_argument("--cert-dir", type=Path, metavar="DIR",
+                   help=f"without TLS flags: the folder of serve's own pair for localhost and --host "
+                        f"(localhost.crt/.key; default: {DEFAULT_CERT_DIR}/), signed by the CA there (ca.crt/.key) "
+                        "or a new one; files serve did not write are never replaced")
     s.add_argument("--wait-for-certs", action="store_true",
                    help="wait until the TLS files exist and are a usable pair (a Secret created after the pod "
                         "starts) instead of exiting with code 2")

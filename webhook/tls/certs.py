@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import base64
 import datetime as dt
+import hashlib
 import ipaddress
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,13 +22,18 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-CA_CERT, CA_KEY, TLS_CERT, TLS_KEY = "ca.crt", "ca.key", "tls.crt", "tls.key"
+CA_CERT, CA_KEY = "ca.crt", "ca.key"
 RENEW_BEFORE = dt.timedelta(days=7)
 
 
 @dataclass(frozen=True)
 class CertPaths:
+    """The files of a certificate folder: the CA (``ca.crt``, ``ca.key``) and a serving pair, ``tls.crt`` /
+    ``tls.key`` (what ``certs generate`` and a Secret hold) unless ``leaf`` names another (``serve``'s own pair,
+    ``localhost.crt`` / ``localhost.key``)."""
+
     folder: Path
+    leaf: str = "tls"
 
     @property
     def ca_cert(self) -> Path:
@@ -38,11 +45,11 @@ class CertPaths:
 
     @property
     def cert(self) -> Path:
-        return self.folder / TLS_CERT
+        return self.folder / f"{self.leaf}.crt"
 
     @property
     def key(self) -> Path:
-        return self.folder / TLS_KEY
+        return self.folder / f"{self.leaf}.key"
 
 
 def _now() -> dt.datetime:
@@ -135,18 +142,29 @@ def issue(names: list[str], days: int = 365, common_name: str | None = None,
                   cert=leaf.public_bytes(_PEM), key=key.private_bytes(*_KEY_FORMAT))
 
 
+def _write_files(files: list[tuple[Path, bytes, bool]]) -> None:
+    """Write (path, data, private) in order; a failure is a CertsError naming the file."""
+    for path, data, private in files:
+        try:
+            _write(path, data, private)
+        except OSError as exc:
+            raise CertsError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _issued_files(paths: CertPaths, pair: Issued) -> list[tuple[Path, bytes, bool]]:
+    """What to write for ``pair``: the CA first when it is new, then the serving pair, each key before its
+    certificate."""
+    files = [(paths.ca_key, pair.ca_key, True), (paths.ca_cert, pair.ca_cert, False)] if pair.ca_key else []
+    return [*files, (paths.key, pair.key, True), (paths.cert, pair.cert, False)]
+
+
 def generate(folder: Path, names: list[str], days: int = 365, common_name: str | None = None,
              ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None) -> CertPaths:
     """Create a serving certificate for ``names`` (DNS names or IPs) under ``folder``, signed by ``ca``
     (key, certificate) or by a new CA written next to it."""
     folder.mkdir(parents=True, exist_ok=True)
     paths = CertPaths(folder)
-    pair = issue(names, days=days, common_name=common_name, ca=ca)
-    if pair.ca_key is not None:
-        _write(paths.ca_key, pair.ca_key, private=True)
-        _write(paths.ca_cert, pair.ca_cert, private=False)
-    _write(paths.key, pair.key, private=True)
-    _write(paths.cert, pair.cert, private=False)
+    _write_files(_issued_files(paths, issue(names, days=days, common_name=common_name, ca=ca)))
     return paths
 
 
@@ -184,13 +202,121 @@ def valid_pair(paths: CertPaths, names: list[str]) -> bool:
     return pair_problem(*files, names) is None
 
 
-def ensure_localhost(folder: Path) -> tuple[CertPaths, bool]:
-    """Reuse a valid localhost pair under ``folder`` or create one; returns (paths, created)."""
-    names = ["localhost", "127.0.0.1", "::1"]
-    paths = CertPaths(folder)
+CA_MIN_REMAINING = dt.timedelta(days=30)
+CA = tuple[ec.EllipticCurvePrivateKey, x509.Certificate]
+
+
+def existing_ca(paths: CertPaths) -> CA | None:
+    """The CA under ``paths`` (key, certificate); None when neither file is there. Raises ``CertsError`` saying
+    why a CA that is there cannot sign: a file missing or unreadable, a key that does not match, less than 30
+    days left (a new leaf ends with its CA at the latest)."""
+    cert_file, key_file = paths.ca_cert, paths.ca_key
+    if not cert_file.exists() and not key_file.exists():
+        return None
+    try:
+        cert_pem, key_pem = cert_file.read_bytes(), key_file.read_bytes()
+    except OSError as exc:
+        other = cert_file if exc.filename == str(key_file) else key_file
+        why = "is missing" if isinstance(exc, FileNotFoundError) else f"cannot be read ({exc.strerror})"
+        raise CertsError(f"{exc.filename} {why} beside {other}") from None
+    try:
+        cert = x509.load_pem_x509_certificate(cert_pem)
+    except ValueError:
+        raise CertsError(f"{cert_file} is not a PEM certificate") from None
+    try:
+        key = serialization.load_pem_private_key(key_pem, password=None)
+    except (ValueError, TypeError):
+        raise CertsError(f"{key_file} is not an unencrypted PEM private key") from None
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or cert.public_key() != key.public_key():
+        raise CertsError(f"{key_file} is not the key of {cert_file}")
+    if cert.not_valid_after_utc < _now() + CA_MIN_REMAINING:
+        raise CertsError(f"{cert_file} expires on {cert.not_valid_after_utc:%Y-%m-%d}, within "
+                         f"{CA_MIN_REMAINING.days} days")
+    return key, cert
+
+
+# -- serve's own pair ---------------------------------------------------------------------------
+LOCALHOST = ["localhost", "127.0.0.1", "::1"]
+SERVE_LEAF = "localhost"      # serve's pair: localhost.crt / localhost.key, never tls.crt / tls.key
+MADE_BY_SERVE = ".made-by-serve"
+_WILDCARDS = {"", "0.0.0.0", "::"}
+
+
+def serving_names(host: str) -> list[str]:
+    """The names ``serve``'s own certificate covers: localhost, and ``--host`` when it is one address or name."""
+    return LOCALHOST + ([host] if host not in _WILDCARDS and host not in LOCALHOST else [])
+
+
+class _MadeByServe:
+    """The files ``serve`` wrote itself, by name and SHA-256 (``.made-by-serve``, JSON): the only ones it may
+    replace. A file changed since, or written by anyone else (``certs generate``, a user), is not among them.
+    An unreadable record owns nothing, which errs on the side of keeping files."""
+
+    def __init__(self, folder: Path) -> None:
+        self.path = folder / MADE_BY_SERVE
+        try:
+            record = json.loads(self.path.read_bytes())
+        except (OSError, ValueError):
+            record = {}
+        self.hashes: dict[str, list[str]] = {
+            k: [h for h in v if isinstance(h, str)] for k, v in record.items()
+            if isinstance(k, str) and isinstance(v, list)} if isinstance(record, dict) else {}
+
+    def owns(self, path: Path) -> bool:
+        try:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        except OSError:
+            return False
+        return digest in self.hashes.get(path.name, ())
+
+    def write(self, files: list[tuple[Path, bytes, bool]]) -> None:
+        """Write ``files``, recorded before and after: a crash half-way leaves every file either unchanged or
+        new, and both are known as serve's."""
+        new = {path.name: hashlib.sha256(data).hexdigest() for path, data, _ in files}
+        during = {**self.hashes, **{n: [*self.hashes.get(n, []), h] for n, h in new.items()}}
+        _write_files([(self.path, json.dumps(during).encode(), False)])
+        _write_files(files)
+        self.hashes = {**self.hashes, **{n: [h] for n, h in new.items()}}
+        _write_files([(self.path, json.dumps(self.hashes).encode(), False)])
+
+
+_OTHER_PAIR = "give --tls-cert-file and --tls-private-key-file, or --cert-dir with a folder of serve's own"
+
+
+def ensure_localhost(folder: Path, host: str = "0.0.0.0") -> tuple[CertPaths, str]:
+    """``serve`` without TLS flags: its own pair for ``serving_names(host)`` under ``folder``, reused while
+    valid; returns (paths, one line saying what was done).
+
+    ``serve`` never replaces a file it did not write itself (``_MadeByServe``): a CA already there (from
+    ``certs generate``, perhaps in a ``caBundle`` by now) signs serve's new pair instead of being replaced, and
+    ``tls.crt``/``tls.key`` are not serve's files at all. Where that cannot work (a CA that cannot sign, a
+    ``localhost.key`` from elsewhere) it raises ``CertsError`` saying what is there and which flag to use."""
+    if folder.exists() and not folder.is_dir():
+        raise CertsError(f"{folder} is not a folder; {_OTHER_PAIR}")
+    names = serving_names(host)
+    paths = CertPaths(folder, SERVE_LEAF)
     if valid_pair(paths, names):
-        return paths, False
-    return generate(folder, names), True
+        return paths, f"reusing the certificate {paths.cert} for {', '.join(names)} (CA {paths.ca_cert})"
+    made = _MadeByServe(folder)
+    try:
+        ca = existing_ca(paths)
+    except CertsError as exc:
+        theirs = [f for f in (paths.ca_cert, paths.ca_key) if f.exists() and not made.owns(f)]
+        if theirs:
+            raise CertsError(f"{exc}, and serve replaces only a CA it made itself; {_OTHER_PAIR}") from None
+        ca = None
+    for f in (paths.cert, paths.key):
+        if f.exists() and not made.owns(f):
+            raise CertsError(f"{f} was not made by serve and is not a valid pair for {', '.join(names)} signed by "
+                             f"{paths.ca_cert}; serve will not replace it: remove it, or {_OTHER_PAIR}")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CertsError(f"{folder}: cannot create: {exc.strerror or exc}") from None
+    made.write(_issued_files(paths, issue(names, common_name="localhost", ca=ca)))
+    how = "signed by the CA already there (its caBundle stays valid)" if ca is not None else "with a new CA"
+    return paths, (f"created a self-signed certificate for {', '.join(names)} {how}: CA {paths.ca_cert}, "
+                   f"certificate {paths.cert}, key {paths.key}")
 
 
 # -- certs generate / ca-bundle ----------------------------------------------------------------
@@ -215,24 +341,6 @@ def san_names_of(cert: x509.Certificate) -> list[str]:
         return []
     return [str(v) for v in san.get_values_for_type(x509.DNSName)] + \
         [str(v) for v in san.get_values_for_type(x509.IPAddress)]
-
-
-CA_MIN_REMAINING = dt.timedelta(days=30)
-
-
-def _usable_ca(paths: CertPaths) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None:
-    """The CA under ``paths`` when it parses, its key matches and it has 30 days left (the new leaf
-    ends with it at the latest)."""
-    try:
-        cert = x509.load_pem_x509_certificate(paths.ca_cert.read_bytes())
-        key = serialization.load_pem_private_key(paths.ca_key.read_bytes(), password=None)
-    except (OSError, ValueError, TypeError):
-        return None
-    if not isinstance(key, ec.EllipticCurvePrivateKey) or cert.public_key() != key.public_key():
-        return None
-    if cert.not_valid_after_utc < _now() + CA_MIN_REMAINING:
-        return None
-    return key, cert
 
 
 MAX_DAYS = 36500  # a hundred years; far more overflows the date type (year 9999)
@@ -266,7 +374,12 @@ def generate_for_service(folder: Path, service: str, namespace: str, days: int =
         if have is not None:
             raise CertsError(f"{folder} already holds a valid certificate for {', '.join(have)}; "
                              "use --force to replace it, or choose another --out")
-    ca = None if new_ca else _usable_ca(paths)
+    ca = None
+    if not new_ca:
+        try:
+            ca = existing_ca(paths)
+        except CertsError as exc:  # a CA that may be in a caBundle by now is replaced only when asked
+            raise CertsError(f"{exc}; a new CA changes the caBundle: give --new-ca to make one") from None
     generate(folder, names, days=days, common_name=f"{service}.{namespace}.svc", ca=ca)
     how = "signed by the existing CA (caBundle unchanged)" if ca is not None else "with a new CA"
     until = x509.load_pem_x509_certificate(paths.cert.read_bytes()).not_valid_after_utc
