@@ -23,6 +23,7 @@ import yaml
 from cryptography import x509
 
 from webhook.admission.app import create_app
+from webhook.admission.asgi import ServeOptions
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, WEBHOOK_KINDS, ClusterState
 from webhook.core.selectors import matches
@@ -388,6 +389,12 @@ def test_webhook_deployment(objects: list[Obj]) -> None:
     startup = c["startupProbe"]
     job = _one(objects, "Job")
     assert startup["periodSeconds"] * startup["failureThreshold"] >= job["spec"]["activeDeadlineSeconds"]
+    # A rollout admits no pod unchecked: a new replica is ready before an old one goes, and an old one drains
+    # (answering, unready) and finishes what is in flight before the kubelet's SIGKILL.
+    assert dep["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    in_flight = ServeOptions().graceful_shutdown_seconds
+    assert args.drain_delay >= 5, "the endpoints change needs seconds to reach every apiserver"
+    assert spec["terminationGracePeriodSeconds"] >= args.drain_delay + in_flight + 5
     # The PDB keeps one replica through voluntary disruptions.
     pdb = _one(objects, "PodDisruptionBudget")
     assert pdb["metadata"]["namespace"] == NAMESPACE

@@ -16,13 +16,23 @@ from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webhook import __version__
-from webhook.admission.asgi import ASGIApp, EdgePolicy, Middleware, ReviewDispatcher, Scope, Send, review_answer
+from webhook.admission.asgi import (
+    ASGIApp,
+    EdgePolicy,
+    Lifecycle,
+    Middleware,
+    ReviewDispatcher,
+    Scope,
+    Send,
+    review_answer,
+)
 from webhook.admission.context import Settings
 from webhook.admission.review import AdmissionReview, Endpoint
 from webhook.admission.service import INTERNAL_ERROR, ReviewService, error_body
 from webhook.cluster.state import ClusterState
 
 JSON = "application/json"
+DRAINING = "shutting down: reviews are answered until the drain delay ends (serve --drain-delay)"
 log = logging.getLogger("webhook.admission")
 
 
@@ -41,10 +51,12 @@ _REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(state: ClusterState, settings: Settings | None = None,
-               service: ReviewService | None = None, openapi: bool = False) -> FastAPI:
+               service: ReviewService | None = None, openapi: bool = False,
+               lifecycle: Lifecycle | None = None) -> FastAPI:
     """``openapi``: serve /openapi.json and /docs (``serve --openapi``); off by default, they tell a caller
-    everything about the server and nothing the apiserver needs."""
+    everything about the server and nothing the apiserver needs. ``lifecycle``: /readyz is 503 while it drains."""
     service = service or ReviewService(state, settings)
+    life = lifecycle or Lifecycle()
     app = FastAPI(title="colocation-webhook", version=__version__, redoc_url=None,
                   openapi_url="/openapi.json" if openapi else None, docs_url="/docs" if openapi else None)
     app.state.service = service
@@ -70,9 +82,11 @@ def create_app(state: ClusterState, settings: Settings | None = None,
     async def healthz() -> str:
         return "ok"
 
-    @app.get("/readyz", response_class=PlainTextResponse, responses={503: {"description": "not synced yet"}})
+    @app.get("/readyz", response_class=PlainTextResponse,
+             responses={503: {"description": "not synced yet, or shutting down"}})
     async def readyz() -> Response:
-        reason = state.not_ready_reason()
+        # Unready first, then stop: the endpoints controller takes this replica out while it still answers.
+        reason = DRAINING if life.draining else state.not_ready_reason()
         if reason is None:
             return PlainTextResponse("ok")
         return PlainTextResponse(reason, status_code=503)
@@ -115,6 +129,7 @@ class WebhookServer:
     app: FastAPI
     service: ReviewService
     metrics: ASGIApp
+    lifecycle: Lifecycle
 
 
 def create_server(state: ClusterState, settings: Settings | None = None, middleware: Sequence[Middleware] = (),
@@ -122,11 +137,12 @@ def create_server(state: ClusterState, settings: Settings | None = None, middlew
     """The review service, the FastAPI app, and the dispatcher in front; ``middleware`` wraps the dispatcher
     (the first listed outermost), so it sees review requests too."""
     service = ReviewService(state, settings)
-    app = create_app(state, settings, service, openapi=openapi)
+    lifecycle = Lifecycle()
+    app = create_app(state, settings, service, openapi=openapi, lifecycle=lifecycle)
     asgi: ASGIApp = ReviewDispatcher(service, app, policy)
     for wrap in reversed(middleware):
         asgi = wrap(asgi)
-    return WebhookServer(asgi, app, service, metrics_app(service.metrics.registry))
+    return WebhookServer(asgi, app, service, metrics_app(service.metrics.registry), lifecycle)
 
 
 def metrics_app(registry: CollectorRegistry) -> ASGIApp:

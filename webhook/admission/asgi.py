@@ -62,7 +62,16 @@ class ServeOptions:
     metrics_port: int = 8080               # 0: no metrics listener
     read_header_timeout: float = 5.0       # the TLS handshake, then a request's headers
     read_timeout: float = 10.0             # a whole request, body included, from its first byte
-    graceful_shutdown_seconds: int = 10    # in-flight reviews get this long after SIGTERM
+    drain_delay: float = 10.0              # after SIGTERM, reviews are still answered this long (unready)
+    graceful_shutdown_seconds: int = 10    # then in-flight reviews get this long
+
+
+@dataclass(slots=True)
+class Lifecycle:
+    """Where the process is in its life, read by /readyz and the connections: ``draining`` from the first
+    SIGTERM on (unready, still answering, every answer closing its connection) until the process exits."""
+
+    draining: bool = False
 
 
 def _too_large(length: int | None) -> Answer:

@@ -50,6 +50,8 @@ class Metrics:
         self.build_info = Gauge("colocation_webhook_build_info", "Always 1; the labels say what is running",
                                 ["version"], registry=r)
         self.build_info.labels(__version__).set(1)
+        self.draining = Gauge("colocation_webhook_draining", "1 from SIGTERM until exit: unready, still answering "
+                              "reviews for the drain delay", registry=r)
         # controller-runtime's webhook metrics (sigs.k8s.io/controller-runtime/pkg/webhook/internal/metrics).
         self.cr_requests = Counter("controller_runtime_webhook_requests", "Total number of admission requests by "
                                    "HTTP status code.", ["webhook", "code"], registry=r)

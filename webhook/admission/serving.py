@@ -12,11 +12,22 @@ likes. ``GuardedProtocol`` is uvicorn's httptools protocol with Go's net/http li
 A request over time gets 408 and the connection is closed (an idle one is closed without a word, as after
 uvicorn's keep-alive timeout); each counts in ``colocation_webhook_read_timeouts_total{phase}``.
 
+While the server drains (``Lifecycle.draining``, from the first SIGTERM), every answer closes its connection
+(``Connection: close``): the apiserver's next review opens a new connection, which the updated Service routes
+to a replica that stays, instead of reusing one to this replica until it is gone.
+
 The protocol also puts the ASGI TLS extension into each request's scope (``client_cert_chain``,
 ``client_cert_name``, ``tls_version``), from which the dispatcher tells whether the client gave a certificate.
 
 ``AdmissionServer`` serves the admission port (TLS) and, on the same event loop, the metrics port: plain HTTP, as
 controller-runtime's metrics endpoint is, so a Prometheus needs no admission CA to scrape it.
+
+A SIGTERM does not stop it at once (kube-apiserver's own ``--shutdown-delay-duration`` is the model): the
+apiserver keeps calling a terminating replica until the endpoints change reaches it, and with
+``failurePolicy: Ignore`` every call that fails admits a pod unchecked. So on the first SIGTERM or SIGINT
+``/readyz`` turns 503 and the listeners stay open for ``drain_delay`` seconds, answering reviews on open and new
+connections; then uvicorn's graceful shutdown stops listening and lets in-flight reviews finish. A second
+signal ends the process at once.
 """
 
 from __future__ import annotations
@@ -27,7 +38,9 @@ import logging
 import socket
 import ssl
 import sys
+import time
 from pathlib import Path
+from types import FrameType
 from typing import Any, ClassVar
 
 import uvicorn
@@ -36,7 +49,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from webhook.admission.app import WebhookServer
-from webhook.admission.asgi import ServeOptions
+from webhook.admission.asgi import Lifecycle, ServeOptions
 from webhook.admission.metrics import Metrics
 from webhook.tls.policy import apply_policy
 from webhook.tls.watch import CertWatcher, WatchingServer
@@ -53,6 +66,7 @@ class GuardedProtocol(HttpToolsProtocol):
     read_header_timeout: ClassVar[float] = 5.0
     read_timeout: ClassVar[float] = 10.0
     metrics: ClassVar[Metrics | None] = None
+    lifecycle: ClassVar[Lifecycle] = Lifecycle()
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -63,9 +77,11 @@ class GuardedProtocol(HttpToolsProtocol):
         self._tls: dict[object, object] | None = None
 
     @classmethod
-    def limits(cls, options: ServeOptions, metrics: Metrics | None) -> type[GuardedProtocol]:
+    def limits(cls, options: ServeOptions, metrics: Metrics | None,
+               lifecycle: Lifecycle | None = None) -> type[GuardedProtocol]:
         return type("GuardedProtocol", (cls,), {"read_header_timeout": options.read_header_timeout,
-                                                "read_timeout": options.read_timeout, "metrics": metrics})
+                                                "read_timeout": options.read_timeout, "metrics": metrics,
+                                                "lifecycle": lifecycle or Lifecycle()})
 
     # -- the deadlines ----------------------------------------------------------------------------
     def _arm(self, seconds: float, phase: str) -> None:
@@ -146,6 +162,8 @@ class GuardedProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._arm(self.read_timeout - (self.loop.time() - self._started), "body")
         super().on_headers_complete()
+        if self.lifecycle.draining and self.cycle is not None:
+            self.cycle.keep_alive = False  # answered, then closed: the client's next call finds a staying replica
 
     def on_message_complete(self) -> None:
         self._disarm()
@@ -203,7 +221,8 @@ class AdmissionServer(WatchingServer):
     def __init__(self, webhook: WebhookServer, options: ServeOptions, cert: Path, key: Path,
                  client_ca: Path | None = None, watch_certs: bool = True) -> None:
         metrics = webhook.service.metrics
-        protocol = GuardedProtocol.limits(options, metrics)
+        self.lifecycle = webhook.lifecycle
+        protocol = GuardedProtocol.limits(options, metrics, webhook.lifecycle)
         config = uvicorn.Config(webhook.asgi, host=options.host, port=options.port, http=protocol,
                                 ssl_certfile=str(cert), ssl_keyfile=str(key), log_config=None, access_log=False,
                                 lifespan="off", server_header=False,
@@ -215,6 +234,8 @@ class AdmissionServer(WatchingServer):
         super().__init__(config, watcher)
         self.options = options
         self.protocol = protocol
+        self._metrics = metrics
+        self._drain_ends: float | None = None  # monotonic time the drain ends, from the first signal
         self.metrics_config: uvicorn.Config | None = None
         self.metrics_listener: asyncio.Server | None = None
         self._metrics_state = ServerState()
@@ -223,6 +244,27 @@ class AdmissionServer(WatchingServer):
                                                  http=protocol, log_config=None, access_log=False, lifespan="off",
                                                  server_header=False)
             self.metrics_config.load()
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        """The first SIGTERM/SIGINT starts the drain (see the module's text); a second one, or any with no drain
+        delay, ends the serving now: with the drain already begun, without waiting for in-flight reviews."""
+        if self._drain_ends is None and self.options.drain_delay > 0 and not self.should_exit:
+            self._drain_ends = time.monotonic() + self.options.drain_delay
+            self.lifecycle.draining = True
+            self._metrics.draining.set(1)
+            log.info("shutting down: /readyz answers 503; reviews are answered for %g s more (--drain-delay), "
+                     "then in-flight reviews finish; a second signal stops at once", self.options.drain_delay)
+            return
+        if self._drain_ends is not None:
+            self.force_exit = True
+            log.info("second signal: stopping now")
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self._drain_ends is not None and not self.should_exit and time.monotonic() >= self._drain_ends:
+            log.info("drain delay over: closing the listeners; in-flight reviews finish")
+            self.should_exit = True
+        return await super().on_tick(counter)
 
     def run(self, sockets: list[socket.socket] | None = None) -> None:
         loop_class = _loop_class()

@@ -25,6 +25,7 @@ from webhook.cli.common import (
     UsageError,
     listen_port,
     namespace,
+    non_negative_seconds,
     object_name,
     positive,
     program_parser,
@@ -109,7 +110,8 @@ def serve(args: argparse.Namespace) -> int:
     policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight)
     webhook = create_server(state, settings, policy=policy, openapi=args.openapi)
     options = ServeOptions(host=args.host, port=args.port, metrics_port=args.metrics_port,
-                           read_header_timeout=args.read_header_timeout, read_timeout=args.read_timeout)
+                           read_header_timeout=args.read_header_timeout, read_timeout=args.read_timeout,
+                           drain_delay=args.drain_delay)
     try:
         # Hot reload of the pair (a renewed Secret, cert-manager): no restart, the old pair serves until then.
         server = AdmissionServer(webhook, options, cert, key, args.client_ca_file)
@@ -339,6 +341,10 @@ def parser() -> argparse.ArgumentParser:
                         "closed past it")
     s.add_argument("--read-timeout", type=_seconds, default=ServeOptions().read_timeout, metavar="S",
                    help="seconds for a whole request, body included, from its first byte (408 past it)")
+    s.add_argument("--drain-delay", type=non_negative_seconds, default=ServeOptions().drain_delay, metavar="S",
+                   help="after SIGTERM: seconds of answering reviews while /readyz is 503, so the endpoints change "
+                        "reaches the apiserver before the listeners close; then in-flight reviews get "
+                        f"{ServeOptions().graceful_shutdown_seconds} s; a second signal stops at once; 0 stops at once")
     _review_settings(s)
     s.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
     s.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the least severe level logged")
