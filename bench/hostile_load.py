@@ -41,7 +41,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.webhook_load import DEFAULT_REVIEW, free_port, pinned, wait_ready  # noqa: E402
+from bench.webhook_load import DEFAULT_REVIEW, free_port, pinned, stop_server, wait_ready  # noqa: E402
 
 APISERVER_TIMEOUT = 3.0  # the manifests' timeoutSeconds
 
@@ -317,11 +317,7 @@ def server(tree: Path, work: Path, memory: Memory | None = None) -> Iterator[tup
             raise
         yield port, proc.pid, certs.ca_cert
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc, timeout=15)
         log.close()
 
 

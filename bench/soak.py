@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.fixed_rate import run as fixed_rate  # noqa: E402
-from bench.webhook_load import DEFAULT_REVIEW, free_port, pinned, wait_ready  # noqa: E402
+from bench.webhook_load import DEFAULT_REVIEW, free_port, pinned, stop_server, wait_ready  # noqa: E402
 
 
 def rss_kib(pid: int) -> int:
@@ -79,8 +79,7 @@ def main() -> int:
             stop.set()
             end = rss_kib(server.pid)
         finally:
-            server.terminate()
-            server.wait(timeout=10)
+            stop_server(server)
     errors = sum(sum(r.errors.values()) for r in results)
     sent = sum(r.sent for r in results)
     print(f"soak: {sent} requests at {args.rate:.0f} rps over {args.duration:.0f}s (after {args.warmup:.0f}s warm-up)")

@@ -17,6 +17,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import socket
 import ssl
 import statistics
@@ -54,6 +55,19 @@ def wait_ready(url: str, ca: Path, timeout: float = 30) -> None:
             last = exc
             time.sleep(0.1)
     raise SystemExit(f"server at {url} did not start: {last!r}")
+
+
+def stop_server(proc: subprocess.Popen[bytes] | subprocess.Popen[str], timeout: float = 10) -> None:
+    """Stop a `serve` now: a second SIGINT skips the drain (and a tree from before the drain stops on the first)."""
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.2)
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def pinned(cmd: list[str], cpu: str) -> list[str]:
@@ -165,11 +179,7 @@ def main() -> int:
                     print(f"  webhook {endpoint}: {out.stdout.strip() or out.stderr.strip()[-300:]}")
         finally:
             for p in (ours, echo):
-                p.terminate()
-                try:
-                    p.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
+                stop_server(p)
     return 0
 
 

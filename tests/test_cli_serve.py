@@ -39,7 +39,7 @@ def _wait_healthy(url: str, ca: Path, proc: subprocess.Popen, timeout: float = 2
 
 def test_serve_with_no_flags_runs_on_the_embedded_state(tmp_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--metrics-port",
+    proc = subprocess.Popen([*CLI, "serve", "--drain-delay", "0", "--host", "127.0.0.1", "--port", str(port), "--metrics-port",
                              str(free_port())], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
@@ -85,7 +85,7 @@ RFC3339_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 def test_serve_logs_json_lines_with_utc_times_and_each_denial_once(tmp_path: Path) -> None:
     port, metrics_port = free_port(), free_port()
-    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--metrics-port",
+    proc = subprocess.Popen([*CLI, "serve", "--drain-delay", "0", "--host", "127.0.0.1", "--port", str(port), "--metrics-port",
                              str(metrics_port), "--log-format", "json", "--log-level", "info"], cwd=tmp_path,
                             env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     review = load_fixture("admission/v1-validate-create-plain.json")  # made to mix batch and native cpu
@@ -118,7 +118,7 @@ def test_serve_logs_json_lines_with_utc_times_and_each_denial_once(tmp_path: Pat
 
 def test_serve_log_level_warning_drops_info_lines(tmp_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--metrics-port", "0",
+    proc = subprocess.Popen([*CLI, "serve", "--drain-delay", "0", "--host", "127.0.0.1", "--port", str(port), "--metrics-port", "0",
                              "--log-level", "warning"], cwd=tmp_path, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:

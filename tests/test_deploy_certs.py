@@ -322,7 +322,7 @@ def test_serve_reloads_renewed_files(tmp_path: Path) -> None:
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     env.pop("KUBERNETES_SERVICE_HOST", None)
-    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli.webhook", "serve", "--drain-delay", "0", "--host", "127.0.0.1",
                              "--port", str(port), "--metrics-port", "0", "--tls-cert-file", str(certs / "tls.crt"),
                              "--tls-private-key-file", str(certs / "tls.key"), "--cluster-state", str(example_folder())],
                             cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -356,7 +356,7 @@ def _serve(tmp_path: Path, certs: Path, *extra: str) -> tuple[subprocess.Popen[s
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     env.pop("KUBERNETES_SERVICE_HOST", None)
     log = tmp_path / "serve.log"
-    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1",
+    proc = subprocess.Popen([sys.executable, "-m", "webhook.cli.webhook", "serve", "--drain-delay", "0", "--host", "127.0.0.1",
                              "--port", str(port), "--metrics-port", "0", "--tls-cert-file", str(certs / "tls.crt"),
                              "--tls-private-key-file", str(certs / "tls.key"), "--cluster-state", str(example_folder()),
                              *extra], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=log.open("w"), text=True)

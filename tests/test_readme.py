@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.serving import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 VENV_BIN = Path(sys.prefix) / "bin"
@@ -77,22 +79,29 @@ def clone(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_every_readme_command_works_as_written(clone: Path) -> None:
+    """The README's ports (8443, 8080) are the reader's: a README server of their own may hold them while the
+    tests run, so the same commands run here with free ports put in their place."""
     blocks = sh_blocks(README.read_text())
+    ports = {"8443": str(free_port()), "8080": str(free_port())}
+
+    def here(text: str) -> str:
+        return re.sub(r"(?<=:)(8443|8080)\b", lambda m: ports[m.group(1)], text)
+
     serve_cmd = blocks[0].strip().split(" && ")[-1]
-    assert not _port_open(8443), "port 8443 is taken; the README's serve command needs it"
-    assert not _port_open(8080), "port 8080 is taken; the README's serve command serves /metrics there"
+    assert serve_cmd.endswith("colocation-webhook serve"), "the README serves on the default ports"
+    serve_cmd += f" --port {ports['8443']} --metrics-port {ports['8080']}"
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     server = subprocess.Popen(["bash", "-c", f"exec {serve_cmd}"], cwd=clone, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 30
-        while not _port_open(8443):
+        while not _port_open(int(ports["8443"])):
             assert server.poll() is None, f"serve exited: {server.stdout.read().decode()}"  # type: ignore[union-attr]
-            assert time.monotonic() < deadline, "serve did not listen on 8443 within 30 s"
+            assert time.monotonic() < deadline, "serve did not listen within 30 s"
             time.sleep(0.1)
         outputs = []
         for block in blocks[2:]:
-            run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block], cwd=clone, env=env,
+            run = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", here(block)], cwd=clone, env=env,
                                  capture_output=True, text=True, timeout=60)
             assert run.returncode == 0, f"README block failed ({run.returncode}):\n{block}\n{run.stderr}"
             assert run.stdout.strip(), f"README block printed nothing:\n{block}"
@@ -103,5 +112,7 @@ def test_every_readme_command_works_as_written(clone: Path) -> None:
         assert 'controller_runtime_webhook_requests_total{code="200",webhook="/mutate"} 1.0' in text
         assert "kubernetes.io/batch-cpu" in text, "review converts the example pod's cpu to batch-cpu"
     finally:
+        server.send_signal(signal.SIGTERM)  # the drain begins; a second signal ends it (a person's Ctrl-C)
+        time.sleep(0.2)
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=15) == 0, "serve exits 0 on SIGTERM"

@@ -43,7 +43,7 @@ def test_serve_after_certs_generate_keeps_the_ca_and_signs_its_pair_with_it(tmp_
     assert _generate(tmp_path / "certs") == 0
     before = _digests(tmp_path / "certs")
     port = free_port()
-    proc = subprocess.Popen([*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), "--metrics-port", "0"],
+    proc = subprocess.Popen([*CLI, "serve", "--drain-delay", "0", "--host", "127.0.0.1", "--port", str(port), "--metrics-port", "0"],
                             cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True)
     try:
         verify = ssl.create_default_context(cafile=str(tmp_path / "certs" / "ca.crt"))

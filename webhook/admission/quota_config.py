@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 
 from webhook.admission.domain.quota import scope_requirement_error
-from webhook.cluster.files import yaml_problem
+from webhook.cluster.files import utf8, yaml_problem
 
 CONFIG_KINDS = {
     ("apiserver.config.k8s.io/v1", "ResourceQuotaConfiguration"),
@@ -31,11 +31,11 @@ class QuotaConfigError(ValueError):
 
 def _read(path: Path) -> Any:
     try:
-        return yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(utf8(path.read_bytes()))
     except OSError as exc:
         raise QuotaConfigError(f"{path}: cannot read: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise QuotaConfigError(f"{path}: cannot read: not UTF-8 text") from None
+    except ValueError as exc:  # not UTF-8 text (byte N)
+        raise QuotaConfigError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         raise QuotaConfigError(yaml_problem(path, exc)) from None
 

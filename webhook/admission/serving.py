@@ -219,7 +219,8 @@ class AdmissionServer(WatchingServer):
     ``ClientCAError`` for a client CA that does not."""
 
     def __init__(self, webhook: WebhookServer, options: ServeOptions, cert: Path, key: Path,
-                 client_ca: Path | None = None, watch_certs: bool = True) -> None:
+                 client_ca: Path | None = None, watch_certs: bool = True,
+                 metrics_socket: socket.socket | None = None) -> None:
         metrics = webhook.service.metrics
         self.lifecycle = webhook.lifecycle
         protocol = GuardedProtocol.limits(options, metrics, webhook.lifecycle)
@@ -239,6 +240,7 @@ class AdmissionServer(WatchingServer):
         self.metrics_config: uvicorn.Config | None = None
         self.metrics_listener: asyncio.Server | None = None
         self._metrics_state = ServerState()
+        self.metrics_socket = metrics_socket  # bound by the caller (serve: before it says it serves), or None
         if options.metrics_port:
             self.metrics_config = uvicorn.Config(webhook.metrics, host=options.host, port=options.metrics_port,
                                                  http=protocol, log_config=None, access_log=False, lifespan="off",
@@ -288,10 +290,11 @@ class AdmissionServer(WatchingServer):
         loop = asyncio.get_running_loop()
         state = self._metrics_state
         protocol = self.protocol
+        where: dict[str, Any] = ({"sock": self.metrics_socket} if self.metrics_socket is not None
+                                 else {"host": mconfig.host, "port": mconfig.port})
         try:
             self.metrics_listener = await loop.create_server(
-                lambda: protocol(config=mconfig, server_state=state, app_state={}, _loop=loop),
-                host=mconfig.host, port=mconfig.port)
+                lambda: protocol(config=mconfig, server_state=state, app_state={}, _loop=loop), **where)
         except OSError as exc:  # as uvicorn does for the admission port
             log.error("cannot listen on the metrics port (--metrics-port %d): %s", mconfig.port, exc.strerror or exc)
             sys.exit(STARTUP_FAILURE)

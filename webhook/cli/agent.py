@@ -23,12 +23,14 @@ from webhook.agent.domain.memory_notify import MODES
 from webhook.agent.domain.thresholds import ThresholdError, parse_thresholds, parse_transition_period
 from webhook.cli.common import (
     UsageError,
+    exit_codes,
     namespace,
     non_negative_seconds,
     object_name,
     program_parser,
     run_main,
     setup_logging,
+    wait_synced,
 )
 from webhook.cli.common import port as _port
 from webhook.cluster.files import StateFileError
@@ -82,11 +84,14 @@ def _collector(args: argparse.Namespace) -> Collector:
 
 
 def _live_source(state: ClusterState, kubeconfig: str | None, node: str, args: argparse.Namespace) -> Source:
-    from webhook.cluster.sources import build_source
+    from webhook.cluster.sources import LiveSourceError, build_source
 
-    return build_source(state, None, kubeconfig, kinds=AGENT_KINDS,
-                        field_selectors={"Pod": f"spec.nodeName={node}", "Node": f"metadata.name={node}"},
-                        config_map=(args.config_namespace, args.config_name))
+    try:
+        return build_source(state, None, kubeconfig, kinds=AGENT_KINDS,
+                            field_selectors={"Pod": f"spec.nodeName={node}", "Node": f"metadata.name={node}"},
+                            config_map=(args.config_namespace, args.config_name))
+    except LiveSourceError as exc:  # a kubeconfig that is missing or not one, no in-cluster token
+        raise UsageError(str(exc)) from None
 
 
 def _files_state(folder: Path, args: argparse.Namespace) -> ClusterState:
@@ -98,14 +103,6 @@ def _files_state(folder: Path, args: argparse.Namespace) -> ClusterState:
     except StateFileError as exc:
         raise UsageError(f"--cluster-state: {exc}") from None
     return state
-
-
-def _wait_synced(state: ClusterState, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not state.ready:
-        if time.monotonic() > deadline:
-            raise UsageError(state.not_ready_reason() or "cluster state not synced")
-        time.sleep(0.05)
 
 
 def _api_client(kubeconfig: str | None) -> Any:
@@ -157,7 +154,7 @@ def once(args: argparse.Namespace) -> int:
         source = _live_source(state, args.kubeconfig, node, args)
         try:
             source.start()
-            _wait_synced(state, args.sync_timeout)
+            wait_synced(state, args.sync_timeout)
         except UsageError:
             raise
         except Exception as exc:
@@ -246,7 +243,7 @@ def run(args: argparse.Namespace) -> int:
             source.start()
         except Exception as exc:
             raise UsageError(f"cluster source: {exc}") from None
-        _wait_synced(state, args.sync_timeout)
+        wait_synced(state, args.sync_timeout)
     log.info("agent on node %s: interval %gs, %s, %d kubelet-style threshold(s), memory notification: %s, "
              "metrics and /healthz on :%s", node, interval, "dry run" if args.dry_run else "acting",
              len(options.thresholds), watch.describe(), args.metrics_port or "off")
@@ -284,10 +281,23 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sync-timeout", type=non_negative_seconds, default=30.0, help=argparse.SUPPRESS)
 
 
-def parser() -> argparse.ArgumentParser:
-    p, sub = program_parser("colocation-agent", __doc__ or "")
+DESCRIPTION = "colocation-agent: the node agent (memory eviction, kubelet-style thresholds, batch resources)."
+EXIT_CODES = {
+    0: "done (run: stopped by SIGTERM or SIGINT)",
+    2: "unusable input: a flag, a file, a kubeconfig, a port in use (one line on stderr names it)",
+    130: "interrupted (Ctrl-C) before the work was done",
+    141: "once: stdout closed by its reader before all was written (| head)",
+}
 
-    r = sub.add_parser("run", help="measure, decide and act every --interval",
+
+def _codes(*which: int) -> str:
+    return exit_codes({code: EXIT_CODES[code] for code in which})
+
+
+def parser() -> argparse.ArgumentParser:
+    p, sub = program_parser("colocation-agent", DESCRIPTION, EXIT_CODES)
+
+    r = sub.add_parser("run", help="measure, decide and act every --interval", epilog=_codes(0, 2),
                        description="Measure the node, evict BE pods past the memory watermark or a kubelet-style "
                                    "threshold, and publish batch resources in the node status, every --interval.")
     _common(r)
@@ -303,7 +313,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
     r.set_defaults(func=run)
 
-    o = sub.add_parser("once", help="one measure-and-decide cycle, printed, nothing acted on",
+    o = sub.add_parser("once", help="one measure-and-decide cycle, printed, nothing acted on", epilog=_codes(0, 2, 141),
                        description="Measure this machine once and print what the agent would decide; nothing is "
                                    "acted on. With no cluster flag, no pods are known (the node alone is measured).")
     _common(o)

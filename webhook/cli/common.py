@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import logging
+import os
 import re
+import socket
 import sys
+import time
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhook import __version__
 
+if TYPE_CHECKING:
+    from webhook.cluster.state import ClusterState
+
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130       # as a shell reports Ctrl-C
+EXIT_STDOUT_CLOSED = 141     # as a shell reports a process ended by SIGPIPE (`| head`, `| grep -q`)
 
 
 class UsageError(Exception):
@@ -48,9 +57,16 @@ class Parser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-def program_parser(prog: str, description: str) -> tuple[Parser, argparse._SubParsersAction[Parser]]:
-    """The top-level parser of a console script: ``--version`` and required subcommands."""
-    p = Parser(prog=prog, description=description)
+def exit_codes(codes: dict[int, str]) -> str:
+    """The ``--help`` epilog listing a program's (or a subcommand's) exit codes."""
+    return "exit codes:\n" + "".join(f"  {code:<4} {text}\n" for code, text in codes.items())
+
+
+def program_parser(prog: str, description: str,
+                   codes: dict[int, str]) -> tuple[Parser, argparse._SubParsersAction[Parser]]:
+    """The top-level parser of a console script: ``--version``, required subcommands (argparse lists them with
+    their help), and the exit codes as the epilog."""
+    p = Parser(prog=prog, description=description, epilog=exit_codes(codes))
     p.add_argument("--version", action="version", version=f"{prog} {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     return p, sub
@@ -189,13 +205,49 @@ def service_name(value: str) -> str:
                      "'my-name',  or 'abc-123'")
 
 
+def listen(host: str, port: int, flag: str) -> socket.socket:
+    """A listening TCP socket, bound before anything says it serves: a port in use is a UsageError naming
+    ``flag``, not a failure after start-up."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, port), family=family, backlog=2048)
+    except OSError as exc:
+        why = os.strerror(exc.errno) if exc.errno else str(exc)  # not create_server's "(while attempting ...)"
+        raise UsageError(f"{flag} {port}: cannot listen on {host}: {why}") from None
+
+
+def wait_synced(state: ClusterState, timeout: float) -> None:
+    """Block until every kind of ``state`` completed its first list, or raise a UsageError saying which did not."""
+    deadline = time.monotonic() + timeout
+    while not state.ready:
+        if time.monotonic() > deadline:
+            raise UsageError(f"the cluster state did not sync within {timeout:g} s: "
+                             f"{state.not_ready_reason() or 'not synced'}")
+        time.sleep(0.05)
+
+
+def _stdout_closed(prog: str) -> int:
+    # The reader went away (| head, | grep -q): what is left unwritten has no one to read it. stdout goes to
+    # /dev/null so that the interpreter's own flush at exit does not fail a second time.
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    with contextlib.suppress(OSError):
+        print(f"{prog}: stdout was closed by its reader before all was written", file=sys.stderr)
+    return EXIT_STDOUT_CLOSED
+
+
 def run_main(prog: str, parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None) -> int:
-    """Parse, run the chosen subcommand, and turn a UsageError into one stderr line and exit 2."""
+    """Parse, run the chosen subcommand, and end in one stderr line and a documented exit code whatever happens
+    to the input (UsageError: 2) or the output (stdout closed by its reader: 141)."""
     args = parser().parse_args(argv)
     try:
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()
     except UsageError as exc:
         print(f"{prog}: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except BrokenPipeError:
+        return _stdout_closed(prog)
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    return code

@@ -23,6 +23,8 @@ from webhook.admission.service import Answer, ReviewService
 from webhook.cli.common import (
     LOG_LEVELS,
     UsageError,
+    exit_codes,
+    listen,
     listen_port,
     namespace,
     non_negative_seconds,
@@ -32,10 +34,11 @@ from webhook.cli.common import (
     run_main,
     service_name,
     setup_logging,
+    wait_synced,
 )
 from webhook.cli.common import port as _port
 from webhook.cli.common import seconds as _seconds
-from webhook.cluster.files import StateFileError, yaml_problem
+from webhook.cluster.files import StateFileError, found, utf8, yaml_problem
 from webhook.cluster.sources import LiveSourceError, Source, build_source, describe
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
@@ -56,11 +59,11 @@ def _settings(args: argparse.Namespace) -> Settings:
     return settings
 
 
-def _state(cluster_state: Path | None, kubeconfig: str | None = None,
-           watch: bool = False) -> tuple[ClusterState, Source]:
+def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: bool = False,
+           use_in_cluster: bool | None = None) -> tuple[ClusterState, Source]:
     state = ClusterState(WEBHOOK_KINDS)
     try:
-        source = build_source(state, cluster_state, kubeconfig, watch_files=watch)
+        source = build_source(state, cluster_state, kubeconfig, watch_files=watch, use_in_cluster=use_in_cluster)
     except StateFileError as exc:
         raise UsageError(f"--cluster-state: {exc}") from None
     except LiveSourceError as exc:
@@ -112,9 +115,12 @@ def serve(args: argparse.Namespace) -> int:
     options = ServeOptions(host=args.host, port=args.port, metrics_port=args.metrics_port,
                            read_header_timeout=args.read_header_timeout, read_timeout=args.read_timeout,
                            drain_delay=args.drain_delay)
+    # Both ports bound before anything says it serves: a port in use is one line and exit 2.
+    listener = listen(args.host, args.port, "--port")
+    metrics_listener = listen(args.host, args.metrics_port, "--metrics-port") if args.metrics_port else None
     try:
         # Hot reload of the pair (a renewed Secret, cert-manager): no restart, the old pair serves until then.
-        server = AdmissionServer(webhook, options, cert, key, args.client_ca_file)
+        server = AdmissionServer(webhook, options, cert, key, args.client_ca_file, metrics_socket=metrics_listener)
     except ClientCAError as exc:
         raise UsageError(f"--client-ca-file: {exc}") from None
     except (ssl.SSLError, OSError) as exc:
@@ -126,7 +132,7 @@ def serve(args: argparse.Namespace) -> int:
              f", client certificates from {args.client_ca_file} required for reviews" if args.client_ca_file else "",
              f"on http://{args.host}:{args.metrics_port}/metrics" if args.metrics_port else "off")
     try:
-        server.run()
+        server.run(sockets=[listener])
     finally:
         source.stop()
     return 0
@@ -134,16 +140,31 @@ def serve(args: argparse.Namespace) -> int:
 
 # -- review ---------------------------------------------------------------------------------
 def _load_document(path: Path, what: str) -> dict[str, Any]:
+    """The one object of a Pod or AdmissionReview file (``-``: stdin), or a UsageError saying what is there."""
+    name = "stdin" if str(path) == "-" else str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
+    except IsADirectoryError:
+        raise UsageError(f"{what} {name}: is a directory; expected a Pod or AdmissionReview file") from None
     except OSError as exc:
-        raise UsageError(f"{what} {path}: cannot read: {exc.strerror}") from None
+        raise UsageError(f"{what} {name}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = utf8(data)
+    except ValueError as exc:
+        raise UsageError(f"{what} {name}: {exc}; expected a Pod or AdmissionReview as YAML or JSON") from None
     try:
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
     except yaml.YAMLError as exc:
-        raise UsageError(f"{what} {yaml_problem(path, exc)}") from None
-    if len(docs) != 1 or not isinstance(docs[0], dict):
-        raise UsageError(f"{what} {path}: expected one Pod or AdmissionReview object")
+        raise UsageError(f"{what} {yaml_problem(Path(name), exc)}") from None
+    expected = "expected one Pod or AdmissionReview object"
+    if not docs:
+        raise UsageError(f"{what} {name}: is empty; {expected}")
+    if len(docs) > 1:
+        raise UsageError(f"{what} {name}: holds {len(docs)} documents; {expected}")
+    if not isinstance(docs[0], dict):
+        raise UsageError(f"{what} {name}: holds {found(docs[0])}; {expected}")
+    if what == "--old" and docs[0].get("kind") not in (None, "Pod"):
+        raise UsageError(f"{what} {name}: expected the Pod before the update, got kind {docs[0].get('kind')!r}")
     return docs[0]
 
 
@@ -196,11 +217,38 @@ def _ask(service: ReviewService, endpoint: Endpoint, review: dict[str, Any], pat
     return answer
 
 
+def _review_state(args: argparse.Namespace) -> tuple[ClusterState, Source | None]:
+    """The embedded example state unless a folder or a cluster is asked for; a cluster is listed (every kind
+    synced) before the review, and its source is the caller's to stop."""
+    live = bool(args.kubeconfig or args.in_cluster)
+    state, source = _state(args.cluster_state, args.kubeconfig, use_in_cluster=args.in_cluster)
+    if not live:
+        return state, None
+    try:
+        source.start()
+        wait_synced(state, args.sync_timeout)
+    except BaseException:
+        source.stop()
+        raise
+    return state, source
+
+
 def review(args: argparse.Namespace) -> int:
+    if str(args.file) == "-" and args.old is not None and str(args.old) == "-":
+        raise UsageError("FILE and --old cannot both be read from stdin (-)")
     settings = _settings(args)
-    state, _ = _state(args.cluster_state)
     old = _load_document(args.old, "--old") if args.old else None
     doc = _load_document(args.file, "FILE")
+    state, source = _review_state(args)
+    try:
+        return _review(args, settings, state, doc, old)
+    finally:
+        if source is not None:
+            source.stop()
+
+
+def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, doc: dict[str, Any],
+            old: dict[str, Any] | None) -> int:
     review = _review_of(doc, args.file, args.operation, old)
     service = ReviewService(state, settings)
     explain: list[str] | None = [] if args.explain else None
@@ -281,12 +329,18 @@ def certs_bootstrap(args: argparse.Namespace) -> int:
 
 
 # -- entry point ----------------------------------------------------------------------------
-DESCRIPTION = """colocation-webhook: the admission webhook for colocated clusters.
+DESCRIPTION = "colocation-webhook: the admission webhook for colocated clusters."
+EXIT_CODES = {
+    0: "done; review: the pod is admitted",
+    1: "review: the pod is denied (the reason on stderr); certs bootstrap: an API request failed (a Job retries)",
+    2: "unusable input: a flag, a file, a certificate, a kubeconfig, a port in use (one line on stderr names it)",
+    130: "interrupted (Ctrl-C) before the work was done",
+    141: "stdout closed by its reader before all was written (| head)",
+}
 
-  serve    answer /mutate and /validate over TLS (the embedded example state when no cluster is given)
-  review   run the mutate-then-validate chain offline on a pod or AdmissionReview file
-  certs    make the serving certificate and CA for an in-cluster install
-"""
+
+def _codes(*which: int) -> str:
+    return exit_codes({code: EXIT_CODES[code] for code in which})
 
 
 def _review_settings(p: argparse.ArgumentParser) -> None:
@@ -303,9 +357,10 @@ def _review_settings(p: argparse.ArgumentParser) -> None:
 
 
 def parser() -> argparse.ArgumentParser:
-    p, sub = program_parser("colocation-webhook", DESCRIPTION)
+    p, sub = program_parser("colocation-webhook", DESCRIPTION, EXIT_CODES)
 
-    s = sub.add_parser("serve", help="serve /mutate and /validate over TLS",
+    s = sub.add_parser("serve", help="serve /mutate and /validate over TLS (the embedded example state when no "
+                       "cluster is given)", epilog=_codes(0, 2),
                        description="Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS.")
     s.add_argument("--host", default="0.0.0.0", help="address to listen on")
     s.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
@@ -351,15 +406,24 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=serve)
 
     r = sub.add_parser("review", help="run the mutate-then-validate chain offline on a pod",
+                       epilog=_codes(0, 1, 2, 141),
                        description="Run the mutating then the validating chain on a Pod or AdmissionReview file, as "
                                    "the apiserver would. Exit 0 when admitted, 1 when denied, 2 on unusable input.")
-    r.add_argument("file", type=Path, metavar="FILE", help="a Pod manifest or an AdmissionReview (YAML or JSON)")
-    r.add_argument("--cluster-state", type=Path, metavar="DIR",
-                   help="a folder of manifests (default: the embedded example state)")
+    r.add_argument("file", type=Path, metavar="FILE",
+                   help="a Pod manifest or an AdmissionReview (YAML or JSON); - reads stdin")
+    rsrc = r.add_mutually_exclusive_group()
+    rsrc.add_argument("--cluster-state", type=Path, metavar="DIR",
+                      help="a folder of manifests (default, with no source flag: the embedded example state, "
+                           "in a cluster too)")
+    rsrc.add_argument("--kubeconfig", metavar="F", help="list this cluster's state (every kind) before the review")
+    rsrc.add_argument("--in-cluster", action="store_true",
+                      help="list the state of the cluster this runs in (its ServiceAccount) before the review")
+    r.add_argument("--sync-timeout", type=_seconds, default=30.0, metavar="S",
+                   help="with --kubeconfig or --in-cluster: how long the first list may take")
     _review_settings(r)
     r.add_argument("--operation", choices=("CREATE", "UPDATE"),
                    help="the request's operation (default: UPDATE with --old, else CREATE)")
-    r.add_argument("--old", type=Path, metavar="FILE", help="the pod before the update (for UPDATE)")
+    r.add_argument("--old", type=Path, metavar="FILE", help="the pod before the update (for UPDATE); - reads stdin")
     r.add_argument("-o", "--output", choices=("yaml", "json", "patch", "review"), default="yaml",
                    help="the admitted pod as YAML or JSON, the mutating JSONPatch, or the AdmissionReview answer")
     r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted (stderr)")
@@ -369,6 +433,7 @@ def parser() -> argparse.ArgumentParser:
                        description="Make or read the serving certificate and CA for an in-cluster install.")
     csub = c.add_subparsers(dest="certs_command", required=True, metavar="COMMAND")
     g = csub.add_parser("generate", help="write ca.crt, ca.key, tls.crt, tls.key for SERVICE.NAMESPACE.svc",
+                        epilog=_codes(0, 2),
                         description="Write ca.crt, ca.key, tls.crt and tls.key for SERVICE.NAMESPACE.svc. A valid "
                                     "pair already there is kept; one for other names is refused (exit 2) unless "
                                     "--force.")
@@ -381,11 +446,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--new-ca", action="store_true", help="with --force: also replace the CA (changes caBundle)")
     g.set_defaults(func=certs_generate)
     b = csub.add_parser("ca-bundle", help="print the base64 CA certificate for a webhook's caBundle",
+                        epilog=_codes(0, 2, 141),
                         description="Print the base64 CA certificate for a webhook configuration's caBundle.")
     b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read")
     b.set_defaults(func=certs_ca_bundle)
     bs = csub.add_parser("bootstrap", help="in the cluster: create the serving Secret when missing or unusable "
                          "and put its CA into the webhook configurations (the install's Job)",
+                         epilog=_codes(0, 1, 2),
                          description="Create the serving Secret when it is missing or unusable and put its CA into "
                                      "the webhook configurations' caBundle; running it again changes nothing. Exit 0 "
                                      "when done, 1 when an API request failed (a Job retries), 2 on unusable input.")

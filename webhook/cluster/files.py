@@ -41,6 +41,27 @@ def yaml_problem(path: object, exc: yaml.YAMLError) -> str:
     return f"{path}:{line}: invalid YAML: {problem}"
 
 
+def found(doc: object) -> str:
+    """What a YAML document is, in a user's words, for an error that says what was expected instead."""
+    if isinstance(doc, list):
+        return f"a list of {len(doc)} item{'s' if len(doc) != 1 else ''}"
+    if isinstance(doc, str):
+        return f"a string ({doc[:40]!r}{'...' if len(doc) > 40 else ''})"
+    if isinstance(doc, bool):
+        return "a boolean"
+    if isinstance(doc, int | float):
+        return "a number"
+    return "nothing" if doc is None else type(doc).__name__
+
+
+def utf8(data: bytes) -> str:
+    """``data`` as text; ValueError ``not UTF-8 text (byte N)`` for a file in another encoding or none."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte {exc.start})") from None
+
+
 def _yaml_error(path: Path, exc: yaml.YAMLError) -> StateFileError:
     return StateFileError(yaml_problem(path, exc))
 
@@ -53,9 +74,11 @@ Origin = tuple[Path, int, Any, tuple[str | int, ...]]
 def _documents(path: Path) -> Iterable[tuple[int, Any, Any]]:
     """(line, document, YAML node or None) for every document in the file."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StateFileError(f"{path}:1: cannot read: {exc}") from exc
+        text = utf8(path.read_bytes())
+    except OSError as exc:
+        raise StateFileError(f"{path}:1: cannot read: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise StateFileError(f"{path}:1: {exc}") from exc
     if path.suffix == ".json":
         try:
             yield 1, orjson.loads(text), None

@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -30,7 +31,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from webhook.cluster.files import yaml_problem
+from webhook.cluster.files import found, utf8, yaml_problem
 from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Kind, object_key
 from webhook.cluster.strict import CUSTOM_KINDS, check
 
@@ -72,8 +73,31 @@ class LiveSourceError(ValueError):
     """The live source cannot be set up (bad kubeconfig, no in-cluster config, bad options)."""
 
 
+def _kubeconfig_problem(kubeconfig: str) -> str | None:
+    """What makes ``kubeconfig`` no kubeconfig at all, in a user's words (the client's loader would say
+    ``list indices must be integers`` or a codec's error), or None to let the loader judge the rest."""
+    path = Path(kubeconfig)
+    try:
+        text = utf8(path.read_bytes())
+    except IsADirectoryError:
+        return f"kubeconfig {kubeconfig}: is a directory"
+    except OSError as exc:
+        return f"kubeconfig {kubeconfig}: cannot read: {exc.strerror or exc}"
+    except ValueError as exc:
+        return f"kubeconfig {kubeconfig}: {exc}"
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return f"kubeconfig {yaml_problem(kubeconfig, exc)}"
+    if not isinstance(doc, dict):
+        return f"kubeconfig {kubeconfig}: holds {found(doc)}; expected a kubeconfig (kind: Config)"
+    return None
+
+
 def _client_configuration(kubeconfig: str | None) -> k8s.Configuration:
     cfg = k8s.Configuration()
+    if kubeconfig and (problem := _kubeconfig_problem(kubeconfig)) is not None:
+        raise LiveSourceError(f"cannot load {problem}")
     try:
         if kubeconfig:
             _LOADERS.load_kube_config(config_file=kubeconfig, client_configuration=cfg)

@@ -41,12 +41,15 @@ def describe(cluster_state: Path | None, kubeconfig: str | None) -> str:
 def build_source(state: ClusterState, cluster_state: Path | None, kubeconfig: str | None,
                  watch_files: bool = True, kinds: tuple[str, ...] | None = None,
                  field_selectors: dict[str, str] | None = None,
-                 config_map: tuple[str, str] = (SLO_CONFIG_NAMESPACE, SLO_CONFIG_NAME)) -> Source:
+                 config_map: tuple[str, str] = (SLO_CONFIG_NAMESPACE, SLO_CONFIG_NAME),
+                 use_in_cluster: bool | None = None) -> Source:
     """Load files synchronously (StateFileError is the caller's to report) or set up a live source.
 
-    With neither flag: in-cluster config when KUBERNETES_SERVICE_HOST is set, else the example state.
+    With neither flag: in-cluster config when ``use_in_cluster`` (None: when KUBERNETES_SERVICE_HOST is set),
+    else the example state.
     """
-    if cluster_state is None and not kubeconfig and not in_cluster():
+    live_here = in_cluster() if use_in_cluster is None else use_in_cluster
+    if cluster_state is None and not kubeconfig and not live_here:
         src = FilesSource(example_folder(), state)
         src.load()
         return _NoWatch(src)

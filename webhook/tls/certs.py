@@ -162,7 +162,10 @@ def generate(folder: Path, names: list[str], days: int = 365, common_name: str |
              ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate] | None = None) -> CertPaths:
     """Create a serving certificate for ``names`` (DNS names or IPs) under ``folder``, signed by ``ca``
     (key, certificate) or by a new CA written next to it."""
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise CertsError(f"{folder}: cannot create the folder: {exc.strerror or exc}") from None
     paths = CertPaths(folder)
     _write_files(_issued_files(paths, issue(names, days=days, common_name=common_name, ca=ca)))
     return paths

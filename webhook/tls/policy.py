@@ -38,9 +38,13 @@ def apply_policy(context: ssl.SSLContext, client_ca: Path | None = None) -> None
         context.verify_mode = ssl.CERT_NONE
         return
     try:
-        pem = client_ca.read_text(encoding="ascii")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ClientCAError(f"{client_ca}: cannot read: {getattr(exc, 'strerror', None) or exc}") from None
+        data = client_ca.read_bytes()
+    except OSError as exc:
+        raise ClientCAError(f"{client_ca}: cannot read: {exc.strerror or exc}") from None
+    try:
+        pem = data.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise ClientCAError(f"{client_ca}: not a PEM file (byte {exc.start} is not ASCII text)") from None
     if "-----BEGIN CERTIFICATE-----" not in pem:
         raise ClientCAError(f"{client_ca}: no PEM certificate in it")
     try:

@@ -57,8 +57,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
         ctx.warn(f"colocation profile {p.name} ignored: {p.error}")
     try:
         res = resolve(view, ctx.pod, draw, ctx.state.priority_class)
-    except ApplyError as exc:
-        ctx.note(NAME, f"denied: {exc.message}")
+    except ApplyError as exc:  # the chain notes the denial for --explain
         return forbidden(ctx.pod_name, exc.message)
     for p, why in res.failed:
         ctx.warn(f"colocation profile {p.name} not applied: {why}")

@@ -24,8 +24,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
         return bad_request("spec: Required value: a pod needs a spec")
     state = ctx.state
     res = resolve_priority(spec, state.priority_class, state.default_priority_class())
-    if res.error:
-        ctx.note(NAME, f"denied: {res.error}")
+    if res.error:  # the chain notes the denial for --explain
         return forbidden(ctx.pod_name, res.error)
     changed = False
     if res.class_name and spec.get("priorityClassName") != res.class_name:
