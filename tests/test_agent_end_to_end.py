@@ -83,7 +83,9 @@ def test_once_over_files_state(tmp_path: Path, capsys: pytest.CaptureFixture[str
     rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
                             "--cgroup-root", str(cg))
     assert rc == 0, err
-    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "conditions", "cgroupWrites"]
+    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "conditions", "cgroupWrites",
+                         "capabilitiesOff"]
+    assert out["capabilitiesOff"] == {}
     assert out["memory"] == {"capacityBytes": 32 * GI, "usedBytes": 24 * GI, "usagePercent": 75.0}
     assert out["releaseTargetBytes"] == 2405181686            # ceil(24Gi - 32Gi × 68%)
     assert [(e["name"], e["priority"], e["usageBytes"], e["reason"]) for e in out["evictions"]] == [

@@ -9,6 +9,7 @@ applies (and so deletes) is checked against the table in docs/deploy.md.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import copy
 import importlib
@@ -24,6 +25,7 @@ from cryptography import x509
 
 from webhook.admission.app import create_app
 from webhook.admission.asgi import ServeOptions
+from webhook.agent.domain.coexistence import Capability, parse_disabled
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, WEBHOOK_KINDS, ClusterState
 from webhook.core.selectors import matches
@@ -178,7 +180,7 @@ def test_the_optional_components_are_valid_kubernetes(components: dict[str, list
 
 
 def test_no_install_path_includes_an_optional_component() -> None:
-    for name in COMPONENTS:
+    for name in (*COMPONENTS, *BESIDE):   # those that add objects, and those that change the agent's args
         path = MANIFESTS / "components" / name
         k = yaml.safe_load((path / "kustomization.yaml").read_text())
         assert (k["apiVersion"], k["kind"]) == ("kustomize.config.k8s.io/v1alpha1", "Component"), name
@@ -395,6 +397,10 @@ def test_webhook_deployment(objects: list[Obj]) -> None:
     in_flight = ServeOptions().graceful_shutdown_seconds
     assert args.drain_delay >= 5, "the endpoints change needs seconds to reach every apiserver"
     assert spec["terminationGracePeriodSeconds"] >= args.drain_delay + in_flight + 5
+    # A container restarted in place (the pod stays) leaves the endpoints only when its readiness fails: within
+    # the drain, while it still answers.
+    ready = c["readinessProbe"]
+    assert ready["periodSeconds"] * ready["failureThreshold"] < args.drain_delay
     # The PDB keeps one replica through voluntary disruptions.
     pdb = _one(objects, "PodDisruptionBudget")
     assert pdb["metadata"]["namespace"] == NAMESPACE
@@ -458,7 +464,7 @@ def test_agent_daemonset(objects: list[Obj]) -> None:
     assert spec["tolerations"] == [{"operator": "Exists"}]  # every taint
     c = _container(ds)
     assert c["command"] + c["args"] == ["colocation-agent", "run", "--node-name", "$(NODE_NAME)", "--proc-root",
-                                        "/host/proc", "--cgroup-root", "/host/sys/fs/cgroup"]
+                                        "/host/proc", "--cgroup-root", "/host/sys/fs/cgroup", "--disable="]
     env = {e["name"]: e for e in c["env"]}
     assert env["NODE_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
     assert {"name": "metrics", "containerPort": 9316, "protocol": "TCP"} in c["ports"]
@@ -468,6 +474,43 @@ def test_agent_daemonset(objects: list[Obj]) -> None:
     for probe in ("readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}, probe
     assert _one(objects, "Deployment")["spec"]["template"]["spec"]["containers"][0]["image"] == c["image"]
+
+
+BESIDE = {  # the components that leave a capability to Koordinator's own node components -> what they turn off
+    "beside-koordlet": {Capability.MEMORY_EVICTION, Capability.BE_CGROUP_LIMITS, Capability.CPU_SUPPRESS},
+    "beside-koord-manager": {Capability.BATCH_RESOURCES},
+}
+
+
+def _agent_args(objects: list[Obj]) -> argparse.Namespace:
+    agent_cli = importlib.import_module("webhook.cli.agent")
+    args = [a.replace("$(NODE_NAME)", "node-1") for a in _container(_one(objects, "DaemonSet", "colocation-agent"))["args"]]
+    return agent_cli.parser().parse_args(args)  # type: ignore[no-any-return]
+
+
+@needs_kubectl
+@pytest.mark.parametrize("chosen", [("beside-koordlet",), ("beside-koord-manager",),
+                                    ("beside-koordlet", "beside-koord-manager"),
+                                    ("beside-koord-manager", "beside-koordlet")], ids="+".join)
+def test_beside_koordinator_components_turn_off_exactly_theirs(tmp_path_factory: pytest.TempPathFactory,
+                                                               objects: list[Obj], chosen: tuple[str, ...]) -> None:
+    """An overlay with the components, in either order: the agent's --disable says exactly what they leave to
+    koordlet and koord-manager, and nothing else in the install changes."""
+    manifests = _fresh_copy(tmp_path_factory)
+    overlay = manifests.parent / "my-overlay"      # an operator's own overlay, beside the clone's manifests/
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": ["../manifests"], "components": [f"../manifests/components/{name}" for name in chosen]}))
+    rendered = _kustomize(overlay)
+    assert parse_disabled(_agent_args(rendered).disable) == set().union(*(BESIDE[n] for n in chosen))
+    assert parse_disabled(_agent_args(objects).disable) == set()          # the default install: every one on
+
+    def without_agent_args(objs: list[Obj]) -> list[Obj]:
+        out = copy.deepcopy(objs)
+        _container(_one(out, "DaemonSet", "colocation-agent"))["args"] = []
+        return out
+
+    assert without_agent_args(rendered) == without_agent_args(objects)
 
 
 def test_agent_command_line_parses() -> None:

@@ -183,6 +183,7 @@ ISSUE_ALERTS = {  # what each alert is for (issue 12) -> its name
     "agent cycle stale": "ColocationAgentCycleStale",
     "evictions failing": "ColocationAgentEvictionsFailing",
     "kernel refusing cgroup writes": "ColocationAgentCgroupWritesRefused",
+    "another writer (issue 16)": "ColocationAgentOtherWriter",
 }
 
 

@@ -237,6 +237,7 @@ class AdmissionServer(WatchingServer):
         self.protocol = protocol
         self._metrics = metrics
         self._drain_ends: float | None = None  # monotonic time the drain ends, from the first signal
+        self._drain_announced = False
         self.metrics_config: uvicorn.Config | None = None
         self.metrics_listener: asyncio.Server | None = None
         self._metrics_state = ServerState()
@@ -249,20 +250,24 @@ class AdmissionServer(WatchingServer):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         """The first SIGTERM/SIGINT starts the drain (see the module's text); a second one, or any with no drain
-        delay, ends the serving now: with the drain already begun, without waiting for in-flight reviews."""
+        delay, ends the serving now: with the drain already begun, without waiting for in-flight reviews.
+
+        A signal handler may interrupt code that holds a lock (logging's, a metric's): this one only sets plain
+        attributes; the log line and the gauge follow on the server's next tick."""
         if self._drain_ends is None and self.options.drain_delay > 0 and not self.should_exit:
             self._drain_ends = time.monotonic() + self.options.drain_delay
             self.lifecycle.draining = True
-            self._metrics.draining.set(1)
-            log.info("shutting down: /readyz answers 503; reviews are answered for %g s more (--drain-delay), "
-                     "then in-flight reviews finish; a second signal stops at once", self.options.drain_delay)
             return
         if self._drain_ends is not None:
             self.force_exit = True
-            log.info("second signal: stopping now")
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
+        if self._drain_ends is not None and not self._drain_announced:
+            self._drain_announced = True
+            self._metrics.draining.set(1)
+            log.info("shutting down: /readyz answers 503; reviews are answered for %g s more (--drain-delay), "
+                     "then in-flight reviews finish; a second signal stops at once", self.options.drain_delay)
         if self._drain_ends is not None and not self.should_exit and time.monotonic() >= self._drain_ends:
             log.info("drain delay over: closing the listeners; in-flight reviews finish")
             self.should_exit = True

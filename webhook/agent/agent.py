@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -27,6 +27,7 @@ from webhook.agent.domain.cgroup_limits import (
     Folder,
     plan_writes,
 )
+from webhook.agent.domain.coexistence import COUNTERPART, Capability, node_status_overwritten, rewrites
 from webhook.agent.domain.eviction import (
     EVENT_ACTION,
     EVENT_REASON_FAIL,
@@ -72,6 +73,7 @@ class AgentOptions:
     config_map: tuple[str, str] = (SLO_CONFIG_NAMESPACE, SLO_CONFIG_NAME)
     dry_run: bool = False
     enforce: bool = False          # write cgroups (``run``); ``once`` only lists the writes
+    disabled: frozenset[Capability] = frozenset()   # --disable: left to another component
 
 
 def _quantity(raw: Any) -> Any:
@@ -138,6 +140,26 @@ class Agent:
         self.capacity = 0
         self.seen_used: int | None = None        # node usage the last cycle measured
         self.first_evict_at: float | None = None  # monotonic time of this cycle's first eviction request
+        # Another writer of what the agent writes: the capability it was noticed on, and what was seen.
+        self.yielded: dict[Capability, str] = {}
+        self._applied: dict[tuple[str, str], str] = {}   # (cgroup folder, file) -> the value the agent wrote
+        self._batch_seen: dict[str, int] | None = None   # the node's batch values the last cycle saw
+        self._batch_written: dict[str, int] | None = None  # the ones the agent last wrote ({}: removed them)
+        for cap in Capability:
+            self.metrics.capability.labels(cap.value).set(0 if cap in options.disabled else 1)
+
+    def on(self, cap: Capability) -> bool:
+        """Whether ``cap`` runs: not turned off (``--disable``) and not yielded to another writer."""
+        return cap not in self.options.disabled and cap not in self.yielded
+
+    def _yield(self, cap: Capability, seen: str) -> None:
+        """Another writer manages ``cap``: stop writing it (until a restart), and say so once."""
+        self.yielded[cap] = seen
+        self.metrics.capability.labels(cap.value).set(0)
+        self.metrics.other_writer.labels(cap.value).set(1)
+        log.warning("another writer changed what %s writes (%s); the agent stops writing it rather than fight. "
+                    "If that is %s, turn the agent's off: --disable=%s (docs/deploy.md, \"Beside Koordinator\")",
+                    cap.value, seen, COUNTERPART[cap], cap.value)
 
     # -- inputs -----------------------------------------------------------------------------------
     def _cluster(self) -> tuple[dict[str, Any] | None, list[dict[str, Any]], dict[str, Any] | None]:
@@ -192,6 +214,8 @@ class Agent:
             out["cgroupWrites"] = self._enforce(sample, node, views, self.config.config.cpu_suppress_for_node(labels))
         out["batch"] = self._batch(now, sample, node, views, status, colocation)
         out["conditions"] = [self._condition(node, pressure)]
+        out["capabilitiesOff"] = {**{c.value: "disabled" for c in sorted(self.options.disabled)},
+                                  **{c.value: f"another writer: {seen}" for c, seen in self.yielded.items()}}
         if self.actions is not None:
             self.actions.flush_events()   # repeats folded into a series, once the node's own work is done
         self.metrics.cycle.observe(time.perf_counter() - started)
@@ -229,8 +253,8 @@ class Agent:
         out["memory"] = {"capacityBytes": capacity, "usedBytes": used,
                          "usagePercent": round(used * 100 / capacity, 2) if capacity else 0.0}
         self.metrics.memory_ratio.labels(self.node_name).set(used / capacity if capacity else 0.0)
-        thresholds = list(self.options.thresholds)
-        if watermark.enable:
+        thresholds = list(self.options.thresholds) if self.on(Capability.KUBELET_EVICTION) else []
+        if watermark.enable and self.on(Capability.MEMORY_EVICTION):
             thresholds.insert(0, watermark_threshold(watermark.memoryEvictThresholdPercent,
                                                      watermark.memoryEvictLowerPercent))
         self.trigger_level, self.capacity, self.seen_used = trigger_level(thresholds, capacity), capacity, used
@@ -291,17 +315,22 @@ class Agent:
     def _enforce(self, sample: Sample, node: dict[str, Any] | None, views: list[PodView],
                  cfg: CPUSuppress) -> list[dict[str, str]]:
         """Plan (and in ``run``, make) this cycle's cgroup writes; returns them as ``once`` prints them."""
-        if sample.layout is None:
+        limits, suppression = self.on(Capability.BE_CGROUP_LIMITS), self.on(Capability.CPU_SUPPRESS)
+        if sample.layout is None or not (limits or suppression):
             return []
         files = self._files(sample.layout)
         now = sample.time
-        under, elsewhere = files.pod_folders([v.obj for v in views if v.be], sample.pod_folders, now)
-        roots: list[Folder] = list(elsewhere)
+        under: list[Folder] = []
+        roots: list[Folder] = []
+        if limits:
+            under, elsewhere = files.pod_folders([v.obj for v in views if v.be], sample.pod_folders, now)
+            roots = list(elsewhere)
         be = files.besteffort(now)
         target = None
         if be is not None:
             path, current = be
-            target = self._suppress_target(sample, node, views, cfg, current)
+            if suppression:
+                target = self._suppress_target(sample, node, views, cfg, current)
             roots.insert(0, Folder(path, None, current, quota=target, children=tuple(under)))
         else:
             roots[:0] = under
@@ -309,6 +338,7 @@ class Agent:
             writes = plan_writes(sample.layout.version, roots, files.page_size)
         else:
             writes = []        # nothing read anew, nothing asked differently: last cycle's empty plan stands
+        writes = self._not_fighting(writes, be[0] if be is not None else None, roots)
         self._planned = bool(writes)
         applied: set[tuple[str, str]] = set()
         if writes and self.options.dry_run:
@@ -316,9 +346,25 @@ class Agent:
                 log.info("dry-run: would write %s/%s = %s", w.path, w.file, w.value)
         elif writes and self.options.enforce:
             applied = {(r.write.path, r.write.file) for r in files.apply(writes) if r.applied}
-        if be is not None:
+            self._applied.update({(w.path, w.file): w.value for w in writes if (w.path, w.file) in applied})
+        if be is not None and suppression:
             self._suppressed(be[0], be[1], target, writes, applied, cfg)
         return [w.as_dict() for w in writes]
+
+    def _not_fighting(self, writes: list[CgroupWrite], besteffort: str | None,
+                      roots: list[Folder]) -> list[CgroupWrite]:
+        """This cycle's writes less those of a capability another writer has taken over (noticed now, or
+        before); the values remembered as written shrink to the folders still there."""
+        def capability(w: CgroupWrite) -> Capability:
+            return Capability.CPU_SUPPRESS if w.path == besteffort else Capability.BE_CGROUP_LIMITS
+
+        for w in rewrites(writes, self._applied):
+            cap = capability(w)
+            if cap not in self.yielded:
+                self._yield(cap, f"{w.path}/{w.file} no longer holds the {w.value} the agent wrote")
+        present = set(_folder_paths(roots))
+        self._applied = {k: v for k, v in self._applied.items() if k[0] in present}
+        return [w for w in writes if self.on(capability(w))]
 
     def _suppressed(self, path: str, current: Current, target: int | None, writes: list[CgroupWrite],
                     applied: set[tuple[str, str]], cfg: CPUSuppress) -> None:
@@ -365,6 +411,8 @@ class Agent:
 
     def _batch(self, now: float, sample: Sample | None, node: dict[str, Any] | None, views: list[PodView],
                status: dict[str, Any], colo: Any) -> dict[str, int]:
+        if not self.on(Capability.BATCH_RESOURCES):
+            return {}
         self.window.seconds = colo.metricAggregateDurationSeconds
         if sample is not None:
             values: dict[str, tuple[float | None, int | None]] = {"": (sample.node_cpu_milli, sample.mem_used)}
@@ -410,6 +458,11 @@ class Agent:
         if node is None or (self.actions is None and not self.options.dry_run):
             return
         current = batchcalc.published(status.get("allocatable"))
+        if node_status_overwritten(self._batch_seen, current, self._batch_written):
+            self._yield(Capability.BATCH_RESOURCES, f"node {self.node_name} status now has {current or 'none'}, "
+                                                    f"the agent wrote {self._batch_written or 'none'}")
+            return
+        self._batch_seen = current
         if not batchcalc.needs_update(current, wanted, self.last_batch_update, now, colo.resourceDiffThreshold,
                                       colo.updateTimeThresholdSeconds):
             return
@@ -420,6 +473,7 @@ class Agent:
         elif self.actions is not None and self.actions.patch_node_status(body):
             log.info("published batch resources on %s: %s", self.node_name, wanted or "removed")
             self.last_batch_update = now
+            self._batch_written = dict(wanted or {})
 
     def _condition(self, node: dict[str, Any] | None, pressure: bool) -> dict[str, str]:
         self.metrics.pressure.labels(self.node_name).set(1 if pressure else 0)
@@ -449,6 +503,12 @@ class Agent:
             self.last_condition = cond["status"]
         elif self.actions is not None and self.actions.patch_node_status(body):
             self.last_condition = cond["status"]
+
+
+def _folder_paths(folders: list[Folder] | tuple[Folder, ...]) -> Iterator[str]:
+    for f in folders:
+        yield from (p for p in (f.cpu_path, f.memory_path) if p is not None)
+        yield from _folder_paths(f.children)
 
 
 def run_loop(agent: Agent, interval: float, stop: threading.Event, watch: MemoryWatch | None = None,

@@ -58,6 +58,12 @@ class AgentMetrics:
                                   "From a memory notification to the first eviction request it caused",
                                   ["source"], buckets=(0.001, 0.0025, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.25, 0.5,
                                                        1.0, 2.5), registry=r)
+        self.capability = Gauge("colocation_agent_capability_enabled",
+                                "1 for each capability the agent runs; 0 when turned off (--disable) or left to "
+                                "another writer", ["capability"], registry=r)
+        self.other_writer = Gauge("colocation_agent_other_writer",
+                                  "1 once another writer changed what this capability writes; the agent stopped "
+                                  "writing it", ["capability"], registry=r)
         self.last_cycle = Gauge("colocation_agent_last_cycle_timestamp_seconds",
                                 "When the last complete cycle ended (Unix time)", registry=r)
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from webhook.agent.domain.coexistence import Capability, CapabilityError, parse_disabled
 from webhook.agent.domain.durations import DurationError, parse_duration
 from webhook.agent.domain.memory_notify import MODES
 from webhook.agent.domain.thresholds import ThresholdError, parse_thresholds, parse_transition_period
@@ -66,7 +67,12 @@ def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool =
         if t.signal != "memory.available":
             log.warning("threshold %s is accepted but not acted on: the agent observes memory.available only",
                         t.describe())
-    return AgentOptions(node, thresholds, transition, (args.config_namespace, args.config_name), dry_run, enforce)
+    try:
+        disabled = parse_disabled(args.disable)
+    except CapabilityError as exc:
+        raise UsageError(f"--disable: {exc}") from None
+    return AgentOptions(node, thresholds, transition, (args.config_namespace, args.config_name), dry_run, enforce,
+                        disabled)
 
 
 def _collector(args: argparse.Namespace) -> Collector:
@@ -128,13 +134,15 @@ def _text(out: dict[str, Any]) -> str:
                      f"usage {e['usageBytes']} bytes): {e['reason']}")
     if not out["evictions"]:
         lines.append("evictions: none")
-    lines.append("batch: " + ", ".join(f"{k}={v}" for k, v in out["batch"].items()))
+    lines.append("batch: " + (", ".join(f"{k}={v}" for k, v in out["batch"].items()) or "off"))
     for c in out["conditions"]:
         lines.append(f"condition {c['type']}={c['status']} ({c['reason']}): {c['message']}")
     for w in out["cgroupWrites"]:
         lines.append(f"cgroup write {w['path']}/{w['file']} = {w['value']}")
     if not out["cgroupWrites"]:
         lines.append("cgroup writes: none")
+    for cap, why in out["capabilitiesOff"].items():
+        lines.append(f"off: {cap} ({why})")
     return "\n".join(lines) + "\n"
 
 
@@ -245,8 +253,9 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError(f"cluster source: {exc}") from None
         wait_synced(state, args.sync_timeout)
     log.info("agent on node %s: interval %gs, %s, %d kubelet-style threshold(s), memory notification: %s, "
-             "metrics and /healthz on :%s", node, interval, "dry run" if args.dry_run else "acting",
-             len(options.thresholds), watch.describe(), args.metrics_port or "off")
+             "metrics and /healthz on :%s%s", node, interval, "dry run" if args.dry_run else "acting",
+             len(options.thresholds), watch.describe(), args.metrics_port or "off",
+             f"; off: {', '.join(sorted(options.disabled))}" if options.disabled else "")
     try:
         run_loop(agent, interval, stop, watch, health)
     except KeyboardInterrupt:
@@ -279,6 +288,10 @@ def _common(p: argparse.ArgumentParser) -> None:
                    help="namespace of the slo-controller-config ConfigMap")
     p.add_argument("--config-name", type=object_name, default=SLO_CONFIG_NAME, help="name of that ConfigMap")
     p.add_argument("--sync-timeout", type=non_negative_seconds, default=30.0, help=argparse.SUPPRESS)
+    p.add_argument("--disable", action="append", default=[], metavar="CAPABILITY,...",
+                   help="capabilities left to another component (repeatable, comma-separated): "
+                        + ", ".join(c.value for c in Capability)
+                        + " (docs/deploy.md: beside koordlet and koord-manager)")
 
 
 DESCRIPTION = "colocation-agent: the node agent (memory eviction, kubelet-style thresholds, batch resources)."
