@@ -27,8 +27,10 @@ CLI = [sys.executable, "-m", "webhook.cli.webhook"]
 ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
 ENV.pop("KUBERNETES_SERVICE_HOST", None)
 # A request sent this close to the drain's end may meet the closing listener (no server can answer a connection
-# it stops accepting); the tests judge those only for a wrong answer, never for a missing one.
-EDGE = 0.3
+# it stops accepting, nor one whose TLS handshake has not finished when it stops); the tests judge those only for
+# a wrong answer, never for a missing one. Wide, because a client thread in a long test run can stall for a
+# garbage collection between starting a request and connecting.
+EDGE = 1.0
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Sent:
     status: int | None = None  # None: no answer (connection refused or reset)
     right_uid: bool = False
     closes: bool = False       # the answer said Connection: close
+    error: str = ""            # the client's error, when there was no answer
 
 
 def _review(uid: str) -> bytes:
@@ -87,8 +90,8 @@ def _send(client: httpx.Client, url: str, fresh: bool, log: list[Sent]) -> None:
         sent.status = r.status_code
         sent.right_uid = r.status_code == 200 and r.json()["response"]["uid"] == uid
         sent.closes = r.headers.get("connection", "").lower() == "close"
-    except httpx.TransportError:
-        pass
+    except httpx.TransportError as exc:
+        sent.error = f"{type(exc).__name__}: {exc}"
     log.append(sent)
 
 
@@ -111,7 +114,7 @@ def _load(srv: Serve, stop: threading.Event, log: list[Sent]) -> list[threading.
 
 
 def test_every_review_sent_before_the_drain_ends_is_answered(tmp_path: Path) -> None:
-    drain = 2.0
+    drain = 3.0
     with serve(tmp_path, drain) as srv:
         log: list[Sent] = []
         stop = threading.Event()
@@ -129,7 +132,9 @@ def test_every_review_sent_before_the_drain_ends_is_answered(tmp_path: Path) -> 
     assert len([s for s in draining if s.fresh]) >= 5 and len([s for s in draining if not s.fresh]) >= 5, \
         "the load did not reach into the drain"
     failed = [s for s in before_end if s.status != 200 or not s.right_uid]
-    assert not failed, f"{len(failed)} of {len(before_end)} reviews sent before the drain ended were not answered"
+    assert not failed, (f"{len(failed)} of {len(before_end)} reviews sent before the drain ended were not answered: "
+                        + "; ".join(f"{s.at - term:+.3f} s {'fresh' if s.fresh else 'kept'} {s.status} {s.error}"
+                                    for s in failed))
     # Every answer during the drain closes its connection, so a kept-alive client moves to a replica that stays.
     assert all(s.closes for s in draining)
     assert not any(s.closes for s in before_end if s.at < term - EDGE)  # before it, connections are kept

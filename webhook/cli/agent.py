@@ -303,14 +303,10 @@ EXIT_CODES = {
 }
 
 
-def _codes(*which: int) -> str:
-    return exit_codes({code: EXIT_CODES[code] for code in which})
-
-
 def parser() -> argparse.ArgumentParser:
     p, sub = program_parser("colocation-agent", DESCRIPTION, EXIT_CODES)
 
-    r = sub.add_parser("run", help="measure, decide and act every --interval", epilog=_codes(0, 2),
+    r = sub.add_parser("run", help="measure, decide and act every --interval", epilog=exit_codes(EXIT_CODES, 0, 2),
                        description="Measure the node, evict BE pods past the memory watermark or a kubelet-style "
                                    "threshold, and publish batch resources in the node status, every --interval.")
     _common(r)
@@ -326,7 +322,8 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
     r.set_defaults(func=run)
 
-    o = sub.add_parser("once", help="one measure-and-decide cycle, printed, nothing acted on", epilog=_codes(0, 2, 141),
+    o = sub.add_parser("once", help="one measure-and-decide cycle, printed, nothing acted on",
+                       epilog=exit_codes(EXIT_CODES, 0, 2, 141),
                        description="Measure this machine once and print what the agent would decide; nothing is "
                                    "acted on. With no cluster flag, no pods are known (the node alone is measured).")
     _common(o)

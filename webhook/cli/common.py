@@ -57,9 +57,10 @@ class Parser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-def exit_codes(codes: dict[int, str]) -> str:
-    """The ``--help`` epilog listing a program's (or a subcommand's) exit codes."""
-    return "exit codes:\n" + "".join(f"  {code:<4} {text}\n" for code, text in codes.items())
+def exit_codes(codes: dict[int, str], *which: int) -> str:
+    """The ``--help`` epilog listing a program's exit codes, or a subcommand's (``which`` of them)."""
+    return "exit codes:\n" + "".join(f"  {code:<4} {text}\n" for code, text in codes.items()
+                                      if not which or code in which)
 
 
 def program_parser(prog: str, description: str,

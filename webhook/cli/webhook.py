@@ -339,10 +339,6 @@ EXIT_CODES = {
 }
 
 
-def _codes(*which: int) -> str:
-    return exit_codes({code: EXIT_CODES[code] for code in which})
-
-
 def _review_settings(p: argparse.ArgumentParser) -> None:
     """What decides an answer, given to ``serve`` and ``review`` alike (``review`` answers as the server would)."""
     p.add_argument("--quota-config", type=Path, metavar="F",
@@ -360,7 +356,7 @@ def parser() -> argparse.ArgumentParser:
     p, sub = program_parser("colocation-webhook", DESCRIPTION, EXIT_CODES)
 
     s = sub.add_parser("serve", help="serve /mutate and /validate over TLS (the embedded example state when no "
-                       "cluster is given)", epilog=_codes(0, 2),
+                       "cluster is given)", epilog=exit_codes(EXIT_CODES, 0, 2),
                        description="Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS.")
     s.add_argument("--host", default="0.0.0.0", help="address to listen on")
     s.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
@@ -406,7 +402,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=serve)
 
     r = sub.add_parser("review", help="run the mutate-then-validate chain offline on a pod",
-                       epilog=_codes(0, 1, 2, 141),
+                       epilog=exit_codes(EXIT_CODES, 0, 1, 2, 141),
                        description="Run the mutating then the validating chain on a Pod or AdmissionReview file, as "
                                    "the apiserver would. Exit 0 when admitted, 1 when denied, 2 on unusable input.")
     r.add_argument("file", type=Path, metavar="FILE",
@@ -433,7 +429,7 @@ def parser() -> argparse.ArgumentParser:
                        description="Make or read the serving certificate and CA for an in-cluster install.")
     csub = c.add_subparsers(dest="certs_command", required=True, metavar="COMMAND")
     g = csub.add_parser("generate", help="write ca.crt, ca.key, tls.crt, tls.key for SERVICE.NAMESPACE.svc",
-                        epilog=_codes(0, 2),
+                        epilog=exit_codes(EXIT_CODES, 0, 2),
                         description="Write ca.crt, ca.key, tls.crt and tls.key for SERVICE.NAMESPACE.svc. A valid "
                                     "pair already there is kept; one for other names is refused (exit 2) unless "
                                     "--force.")
@@ -446,13 +442,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--new-ca", action="store_true", help="with --force: also replace the CA (changes caBundle)")
     g.set_defaults(func=certs_generate)
     b = csub.add_parser("ca-bundle", help="print the base64 CA certificate for a webhook's caBundle",
-                        epilog=_codes(0, 2, 141),
+                        epilog=exit_codes(EXIT_CODES, 0, 2, 141),
                         description="Print the base64 CA certificate for a webhook configuration's caBundle.")
     b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read")
     b.set_defaults(func=certs_ca_bundle)
     bs = csub.add_parser("bootstrap", help="in the cluster: create the serving Secret when missing or unusable "
                          "and put its CA into the webhook configurations (the install's Job)",
-                         epilog=_codes(0, 1, 2),
+                         epilog=exit_codes(EXIT_CODES, 0, 1, 2),
                          description="Create the serving Secret when it is missing or unusable and put its CA into "
                                      "the webhook configurations' caBundle; running it again changes nothing. Exit 0 "
                                      "when done, 1 when an API request failed (a Job retries), 2 on unusable input.")
