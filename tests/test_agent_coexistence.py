@@ -172,12 +172,13 @@ def test_another_writer_of_the_be_cpu_quota_is_said_once_and_not_fought(
 
 
 def test_the_agents_own_patch_seen_late_is_no_other_writer() -> None:
-    ours = {"kubernetes.io/batch-cpu": 5000}
-    assert not node_status_overwritten({}, {}, ours)                 # the watch has not brought it yet
-    assert not node_status_overwritten({}, ours, ours)               # now it has
-    assert not node_status_overwritten(None, {"kubernetes.io/batch-cpu": 1}, ours)   # nothing seen before
-    assert not node_status_overwritten({}, {"kubernetes.io/batch-cpu": 1}, None)     # the agent wrote nothing
-    assert node_status_overwritten(ours, {"kubernetes.io/batch-cpu": 1}, ours)
+    older, ours = {"kubernetes.io/batch-cpu": 4000}, {"kubernetes.io/batch-cpu": 5000}
+    assert not node_status_overwritten({}, {}, [ours])                 # the watch has not brought it yet
+    assert not node_status_overwritten({}, ours, [ours])               # now it has
+    assert not node_status_overwritten({}, older, [older, ours])       # two writes in a row, the first seen late
+    assert not node_status_overwritten(None, {"kubernetes.io/batch-cpu": 1}, [ours])   # nothing seen before
+    assert not node_status_overwritten({}, {"kubernetes.io/batch-cpu": 1}, [])         # the agent wrote nothing
+    assert node_status_overwritten(ours, {"kubernetes.io/batch-cpu": 1}, [older, ours])
 
 
 def test_disable_names_are_checked() -> None:

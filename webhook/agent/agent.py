@@ -60,6 +60,7 @@ from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
 log = logging.getLogger("colocation-agent")
 T = TypeVar("T")
 
+WRITES_REMEMBERED = 3   # the agent's own node-status writes a late watch may still show
 PRESSURE_CONDITION = "BEMemoryPressure"
 PRESSURE_REASON, NO_PRESSURE_REASON = "BEMemoryThresholdMet", "BEMemoryThresholdNotMet"
 CONFIG_EVENT_REASON, CONFIG_EVENT_ACTION = "ColocationCfgInvalid", "LoadConfig"
@@ -144,7 +145,7 @@ class Agent:
         self.yielded: dict[Capability, str] = {}
         self._applied: dict[tuple[str, str], str] = {}   # (cgroup folder, file) -> the value the agent wrote
         self._batch_seen: dict[str, int] | None = None   # the node's batch values the last cycle saw
-        self._batch_written: dict[str, int] | None = None  # the ones the agent last wrote ({}: removed them)
+        self._batch_written: list[dict[str, int]] = []    # the agent's last few writes of them ({}: removed)
         for cap in Capability:
             self.metrics.capability.labels(cap.value).set(0 if cap in options.disabled else 1)
 
@@ -460,7 +461,7 @@ class Agent:
         current = batchcalc.published(status.get("allocatable"))
         if node_status_overwritten(self._batch_seen, current, self._batch_written):
             self._yield(Capability.BATCH_RESOURCES, f"node {self.node_name} status now has {current or 'none'}, "
-                                                    f"the agent wrote {self._batch_written or 'none'}")
+                                                    f"the agent wrote {self._batch_written[-1] or 'none'}")
             return
         self._batch_seen = current
         if not batchcalc.needs_update(current, wanted, self.last_batch_update, now, colo.resourceDiffThreshold,
@@ -473,7 +474,7 @@ class Agent:
         elif self.actions is not None and self.actions.patch_node_status(body):
             log.info("published batch resources on %s: %s", self.node_name, wanted or "removed")
             self.last_batch_update = now
-            self._batch_written = dict(wanted or {})
+            self._batch_written = [*self._batch_written[-(WRITES_REMEMBERED - 1):], dict(wanted or {})]
 
     def _condition(self, node: dict[str, Any] | None, pressure: bool) -> dict[str, str]:
         self.metrics.pressure.labels(self.node_name).set(1 if pressure else 0)

@@ -59,12 +59,12 @@ def parse_disabled(values: Iterable[str]) -> frozenset[Capability]:
 
 
 def node_status_overwritten(seen_before: Mapping[str, int] | None, seen: Mapping[str, int],
-                            written: Mapping[str, int] | None) -> bool:
-    """True when another writer set the node's batch values: the agent has written them (``written``), and
-    since the last cycle (``seen_before``) they changed to something else. A watch that has not yet brought the
-    agent's own patch shows the values from before, which is no change."""
-    return written is not None and seen_before is not None and dict(seen) != dict(seen_before) \
-        and dict(seen) != dict(written)
+                            written: Sequence[Mapping[str, int]]) -> bool:
+    """True when another writer set the node's batch values: since the last cycle (``seen_before``) they changed
+    to values the agent did not write. ``written`` holds the agent's last few writes: a watch that brings the
+    agent's own patches late shows one of them (or the values from before), which is no other writer."""
+    return bool(written) and seen_before is not None and dict(seen) != dict(seen_before) \
+        and all(dict(seen) != dict(w) for w in written)
 
 
 def rewrites(writes: Sequence[CgroupWrite], applied: Mapping[tuple[str, str], str]) -> list[CgroupWrite]:
