@@ -147,3 +147,16 @@ def test_certs_generate_replaces_a_ca_only_with_new_ca(tmp_path: Path, damage: s
     assert _generate(tmp_path, "--force", "--new-ca") == 0
     assert (tmp_path / "ca.crt").read_bytes() != ca
     _issued_by(tmp_path / "tls.crt", tmp_path / "ca.crt")
+
+
+def test_certs_generate_keeps_an_expired_pair_for_other_names_without_force(tmp_path: Path) -> None:
+    """Someone's pair for another Service, out of date: still not generate's to replace unprompted."""
+    from tests.test_deploy_certs import _self_signed
+
+    cert, key = _self_signed(-3, -1)     # expired, and its only name is "t"
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    assert _generate(tmp_path) == 2
+    assert (tmp_path / "tls.key").read_bytes() == key
+    assert _generate(tmp_path, "--force") == 0
+    assert (tmp_path / "tls.key").read_bytes() != key

@@ -362,8 +362,9 @@ def generate_for_service(folder: Path, service: str, namespace: str, days: int =
                          new_ca: bool = False) -> tuple[CertPaths, str]:
     """``certs generate``: a serving pair for the in-cluster Service; returns (paths, what was done).
 
-    A valid pair already there is kept (same names) or refused (other names) unless ``force``. With
-    ``force`` the existing CA is reused when it is still good, so the ``caBundle`` stays the same and
+    A valid pair already there is kept (same names); one for other names, valid or not, is refused unless
+    ``force`` (it is someone's, for another Service); one for the same names that is no longer good is renewed.
+    With ``force`` the existing CA is reused when it is still good, so the ``caBundle`` stays the same and
     running servers pick the new pair up without any window of distrust.
     """
     if (why := days_error(days)) is not None:
@@ -374,8 +375,10 @@ def generate_for_service(folder: Path, service: str, namespace: str, days: int =
         have = _names_if_valid(paths)
         if have is not None and set(names) <= set(have):
             return paths, f"kept the valid pair in {folder} for {', '.join(names)} (--force replaces it)"
-        if have is not None:
-            raise CertsError(f"{folder} already holds a valid certificate for {', '.join(have)}; "
+        named = have if have is not None else _names_of(paths.cert)
+        if named and not set(names) <= set(named):
+            state = "a valid certificate" if have is not None else "a certificate (not usable now)"
+            raise CertsError(f"{folder} already holds {state} for {', '.join(named)}; "
                              "use --force to replace it, or choose another --out")
     ca = None
     if not new_ca:
@@ -387,6 +390,15 @@ def generate_for_service(folder: Path, service: str, namespace: str, days: int =
     how = "signed by the existing CA (caBundle unchanged)" if ca is not None else "with a new CA"
     until = x509.load_pem_x509_certificate(paths.cert.read_bytes()).not_valid_after_utc
     return paths, f"wrote a certificate for {', '.join(names)} valid until {until:%Y-%m-%d} {how} to {folder}"
+
+
+def _names_of(cert: Path) -> list[str]:
+    """The names of the certificate at ``cert`` (its SANs, else its Common Name), or none when it does not parse."""
+    try:
+        leaf = x509.load_pem_x509_certificate(cert.read_bytes())
+    except (OSError, ValueError):
+        return []
+    return san_names_of(leaf) or [str(a.value) for a in leaf.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
 
 
 def _names_if_valid(paths: CertPaths) -> list[str] | None:
