@@ -23,6 +23,7 @@ import pytest
 import yaml
 from cryptography import x509
 
+from tests.structural import structural_errors
 from webhook.admission.app import create_app
 from webhook.admission.asgi import ServeOptions
 from webhook.agent.domain.coexistence import Capability, parse_disabled
@@ -638,21 +639,9 @@ def test_crd_matches_the_kind_the_code_reads() -> None:
     assert version["name"] == kind.version and version["served"] and version["storage"]
 
 
-def _structural(node: Obj, where: str) -> None:
-    """Kubernetes' structural-schema rule: every node says its type, unless int-or-string/preserve."""
-    if not (node.get("x-kubernetes-int-or-string") or node.get("x-kubernetes-preserve-unknown-fields")):
-        assert "type" in node, f"{where}: no type"
-    for name, child in (node.get("properties") or {}).items():
-        _structural(child, f"{where}.{name}")
-    if isinstance(node.get("items"), dict):
-        _structural(node["items"], f"{where}[]")
-    if isinstance(node.get("additionalProperties"), dict):
-        _structural(node["additionalProperties"], f"{where}{{}}")
-
-
 def test_crd_schema_is_structural_and_full() -> None:
     schema = _profile_schema()
-    _structural(schema, "openAPIV3Schema")
+    assert structural_errors(schema) == []
     spec = schema["properties"]["spec"]
     assert "x-kubernetes-preserve-unknown-fields" not in spec  # a full schema, not a pass-through
     assert {"namespaceSelector", "selector", "probability", "qosClass", "priorityClassName", "koordinatorPriority",
@@ -746,8 +735,9 @@ def test_crd_schema_accepts_the_example_profiles() -> None:
 
 @pytest.mark.parametrize(("name", "change", "error"), [
     ("unknown qosClass", lambda s: s.update(qosClass="GOLD"), "'GOLD' is not one of"),
-    ("probability over 100", lambda s: s.update(probability=150), "is not valid under any of the given schemas"),
-    ("probability as a bad percentage", lambda s: s.update(probability="150%"), "is not valid under any"),
+    ("probability over 100", lambda s: s.update(probability=150), "150 is greater than the maximum of 100"),
+    ("probability as a bad percentage", lambda s: s.update(probability="150%"), "'150%' does not match"),
+    ("probability neither a number nor text", lambda s: s.update(probability=[50]), "is not valid under any"),
     ("koordinatorPriority as text", lambda s: s.update(koordinatorPriority="high"), "is not of type 'integer'"),
     ("label value not a string", lambda s: s.update(labels={"a": 1}), "is not of type 'string'"),
     ("selector expression without operator",
