@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+import struct
 import threading
 import time
 from collections.abc import Callable
@@ -45,6 +46,7 @@ class Route:
     headers: dict[str, str] = field(default_factory=dict)
     watch: bool | None = None             # answer watch requests (True) or not; None = watch iff body_lines
     respond: Callable[[Received], tuple[int, Any]] | None = None  # (status, JSON body) from the request
+    reset: bool = False                   # a watch whose connection is reset after its lines (no end of stream)
 
     def matches(self, method: str, path: str, query: dict[str, str]) -> bool:
         if method != self.method or path != self.path:
@@ -189,6 +191,10 @@ class ReplayAPIServer:
                         if wait > 0 and outer._stop.wait(wait):
                             break
                         self._chunk(json.dumps(line).encode() + b"\n")
+                    if route.reset:  # an apiserver that dies mid-watch: RST, no final chunk
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        self.close_connection = True
+                        return
                     if route.hold_open:
                         outer._stop.wait()
                     else:

@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from tests.apiserver import ReplayAPIServer, Route, load_exchange
+from tests.conftest import load_fixture
 from tests.serving import free_port, run_server
 from webhook.cluster.live import LiveSource, LiveSourceError
 from webhook.cluster.state import AGENT_KINDS, WEBHOOK_KINDS, ClusterState
@@ -468,3 +469,79 @@ def test_a_kubeconfig_that_is_not_yaml_names_its_line(tmp_path: Path) -> None:
     with pytest.raises(LiveSourceError) as exc:
         LiveSource(ClusterState(WEBHOOK_KINDS), kubeconfig=str(bad))
     assert str(exc.value).startswith(f"cannot load kubeconfig {bad}:3: invalid YAML: ")
+
+
+# -- resuming after a reset, reconnecting fast, nothing answered from a partial state ---------------------------
+def test_a_reset_mid_watch_resumes_from_the_last_event_without_a_relist(api: ReplayAPIServer, tmp_path: Path) -> None:
+    """The apiserver dies mid-watch (RST, no end of stream) after three events: the next watch starts from the
+    last one applied (347), not from where the broken watch began (345), and nothing is listed again."""
+    api.add_exchange("priorityclasses-list")
+    recorded = load_exchange("priorityclasses-watch-bookmarks")["response"]
+    api.add(Route(method="GET", path=PC, status=200, body_lines=recorded["body_lines"][:2], reset=True,
+                  query={"resourceVersion": "345"}, times=1))
+    api.add_watch(PC, [], query={"resourceVersion": "347"})
+    state = RecordingState(("PriorityClass",))
+    with live(state, api.url, tmp_path) as src:
+        wait_for(lambda: len(watches(api, PC)) >= 2, what="the watch again after the reset")
+        assert [q["resourceVersion"] for q in watches(api, PC)] == ["345", "347"]
+        assert len(lists(api, PC)) == 1
+        assert src.status()["PriorityClass"].relists_after_410 == 0
+        assert state.priority_class("koord-watch-demo") is not None    # the events before the reset stay applied
+        assert src.status()["PriorityClass"].errors == 1
+
+
+def test_an_unreachable_api_server_is_tried_again_within_a_second(tmp_path: Path) -> None:
+    """A restart or failover refuses or resets connections for a while: however long it lasts, the next try is at
+    most a second away, so the watch is back within about a second of the server answering. An API server that
+    answers with errors still backs off to the 30 s cap."""
+    src = LiveSource(ClusterState(("PriorityClass",)), kubeconfig=str(write_kubeconfig(tmp_path, "http://127.0.0.1:1")))
+    waits = [src._backoff(n, unreachable=True) for n in range(1, 40) for _ in range(20)]
+    assert max(waits) <= 1.0 and min(waits) > 0
+    answered = [src._backoff(n) for n in range(1, 40)]
+    assert max(answered) > 20 and max(answered) <= 36
+
+
+def test_a_restarted_api_server_is_watched_again_from_where_it_was(tmp_path: Path) -> None:
+    port = free_port()
+    state = RecordingState(("PriorityClass",))
+    srv = ReplayAPIServer(port=port).start()
+    srv.add_exchange("priorityclasses-list")
+    srv.add_watch(PC, [])
+    # The shipped backoff, not the tests' short one: it is what brings the watch back.
+    with live(state, srv.url, tmp_path, backoff_initial=0.5, backoff_max=30.0) as src:
+        wait_for(lambda: state.ready, what="sync")
+        srv.stop()
+        wait_for(lambda: src.status()["PriorityClass"].errors >= 4, timeout=20, what="several failed reconnects")
+        with ReplayAPIServer(port=port) as again:
+            again.add_watch(PC, [])
+            wait_for(lambda: watches(again, PC), timeout=5, what="the watch after the restart")
+            assert watches(again, PC)[0]["resourceVersion"] == "345"
+            assert lists(again, PC) == []
+
+
+def test_a_review_before_the_first_sync_is_a_failed_call_not_a_partial_answer(tmp_path: Path, cert_dir: Path) -> None:
+    """Until every kind is listed the apiserver gets a 503 naming what is missing, and applies the webhook's
+    failurePolicy; never an answer from a state that lacks a namespace's labels or a PriorityClass."""
+    port = free_port()
+    state = ClusterState(WEBHOOK_KINDS)
+    review = load_fixture("admission/v1-mutate-create-plain.json")
+    with live(state, f"http://127.0.0.1:{port}", tmp_path), run_server(state, cert_dir) as web, \
+            web.client() as http:
+        with ReplayAPIServer(port=port) as srv:
+            for kind, (name, path) in WEBHOOK_LISTS.items():   # every kind but one lists
+                if kind != "ClusterColocationProfile":
+                    srv.add_exchange(name, path=path)
+                    srv.add_watch(path, [])
+            wait_for(lambda: state.synced_kinds() == set(WEBHOOK_KINDS) - {"ClusterColocationProfile"},
+                     what="all kinds but the profiles")
+            r = http.post("/mutate", json=review)
+            assert r.status_code == 503
+            assert r.json()["error"].startswith("cluster state not synced yet: ClusterColocationProfile")
+            name, path = WEBHOOK_LISTS["ClusterColocationProfile"]
+            srv.add_exchange(name, path=path)
+            srv.add_watch(path, [])
+            wait_for(lambda: state.ready, what="the profiles too")
+            answered = http.post("/mutate", json=review)
+            assert answered.status_code == 200 and answered.json()["response"]["uid"] == review["request"]["uid"]
+        metrics = web.metrics()
+        assert 'outcome="not_ready"' in metrics

@@ -36,7 +36,8 @@ class Metrics:
     def __init__(self, state: ClusterState) -> None:
         self.registry = r = CollectorRegistry()
         self.requests = Counter("colocation_webhook_requests", "Admission reviews by endpoint, operation and "
-                                "outcome (allowed, patched, denied, bad_request, error)",
+                                "outcome (allowed, patched, denied, bad_request, error, not_ready: before every "
+                                "kind is listed)",
                                 ["endpoint", "operation", "outcome"], registry=r)
         self.latency = Histogram("colocation_webhook_request_duration_seconds", "Time to answer one admission review",
                                  ["endpoint"], buckets=LATENCY_BUCKETS, registry=r)

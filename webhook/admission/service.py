@@ -108,6 +108,12 @@ class ReviewService:
             return Evaluation(answer, endpoint, operation, outcome, time.perf_counter() - start)
 
         try:
+            if not self.state.ready:
+                # A partial state would answer wrongly (a profiled namespace not listed yet, a class "unknown"):
+                # a failed call instead, and the apiserver applies the webhook's failurePolicy.
+                reason = self.state.not_ready_reason() or "cluster state not synced yet"
+                return done(Answer(503, error_body(503, f"{reason}; this replica answers once every kind is "
+                                                        "listed (see /readyz)")), "not_ready")
             try:
                 review = decode_review(body)
             except ReviewError as exc:

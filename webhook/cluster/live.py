@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 _CONNECT_TIMEOUT = 5.0
 _LIST_READ_TIMEOUT = 60.0
 _WATCH_READ_MARGIN = 30.0  # a watch socket silent this long past timeoutSeconds is dead
+RECONNECT_MAX = 0.8        # s: the longest wait (before jitter) to try an unreachable API server again
 
 
 class _Expired(Exception):
@@ -161,6 +162,13 @@ def _describe(exc: BaseException, host: str) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _unreachable(exc: BaseException) -> bool:
+    """The API server did not answer at all (as opposed to answering with an error status)."""
+    if isinstance(exc, ApiException):
+        return bool(exc.status == 0)
+    return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))
+
+
 def _lines(resp: urllib3.HTTPResponse) -> Iterator[bytes]:
     """NDJSON lines of a watch stream as they arrive (an event may span chunks).
 
@@ -195,6 +203,7 @@ class _Reflector:
         self.status = KindStatus()
         self.call = _list_function(source.api_client, kind, namespace)
         self._active: urllib3.HTTPResponse | None = None
+        self._failures = 0   # failed attempts since the last success
         self._lock = threading.Lock()
         self.thread = threading.Thread(target=self.run, name=f"live-{kind.kind}", daemon=True)
 
@@ -206,7 +215,6 @@ class _Reflector:
     def run(self) -> None:
         src = self.source
         rv: str | None = None
-        failures = 0
         expired_in_a_row = 0
         quiet = 0
         while not src._stop.is_set():
@@ -215,7 +223,7 @@ class _Reflector:
                     rv = self._list()
                 started = time.monotonic()
                 rv, events = self._watch(rv)
-                failures = expired_in_a_row = 0
+                expired_in_a_row = 0
                 # a watch that closes at once with nothing in it must not become a busy loop
                 if events == 0 and time.monotonic() - started < 1.0:
                     quiet += 1
@@ -234,9 +242,13 @@ class _Reflector:
             except Exception as exc:
                 if src._stop.is_set():
                     break
-                failures += 1
-                self._failed(exc, failures)
-                if src._stop.wait(src._backoff(failures)):
+                if rv is not None:
+                    # Resume from the last event applied, not from where the failed watch began: that one may
+                    # be compacted away by now (a 410 and a full relist after every reset of a long watch).
+                    rv = self.status.resource_version or rv
+                self._failures += 1
+                self._failed(exc, self._failures)
+                if src._stop.wait(src._backoff(self._failures, unreachable=_unreachable(exc))):
                     break
 
     def _failed(self, exc: BaseException, failures: int) -> None:
@@ -255,6 +267,7 @@ class _Reflector:
             log.debug("%s: attempt %d failed: %s", self.label, failures, reason)
 
     def _recovered(self) -> None:
+        self._failures = 0   # the backoff starts over after every success
         if self.status.last_error is not None:
             log.info("%s: reconnected to the API server", self.label)
             self.status.last_error = None
@@ -450,9 +463,14 @@ class LiveSource:
                 r = _Reflector(self, KINDS[k], self.field_selectors.get(k), None, None)
             self._reflectors[k] = r
 
-    def _backoff(self, failures: int) -> float:
-        """Capped exponential backoff with jitter (0.8..1.2), so restarted replicas do not retry in step."""
-        delay = min(self.backoff_max, self.backoff_initial * (2 ** max(0, failures - 1)))
+    def _backoff(self, failures: int, unreachable: bool = False) -> float:
+        """Capped exponential backoff with jitter (0.8..1.2), so restarted replicas do not retry in step.
+
+        An API server that cannot be reached (refused, reset, timed out: a restart, a failover) costs nothing
+        to try again: then the wait stays under ``RECONNECT_MAX`` seconds, so the watch is back within about a
+        second of the server answering. One that answers with an error (403, 500) backs off to ``backoff_max``."""
+        cap = min(self.backoff_max, RECONNECT_MAX) if unreachable else self.backoff_max
+        delay = min(cap, self.backoff_initial * (2 ** max(0, failures - 1)))
         return float(delay) * random.uniform(0.8, 1.2)
 
     def status(self) -> dict[str, KindStatus]:
