@@ -1,9 +1,14 @@
 """The read-only cluster view both programs query, kept in memory as raw dicts.
 
 A source (``files`` or ``live``) writes into a ``ClusterState``; rules and the agent only read.
-Every write replaces whole dicts, so a reader never sees a half-applied update. A source may mark an
-object invalid (a ClusterColocationProfile with an unknown field, from the live source): it stays visible,
-with the reason, so the rules can fail closed and say why.
+A source may mark an object invalid (a ClusterColocationProfile with an unknown field, from the live source): it
+stays visible, with the reason, so the rules can fail closed and say why.
+
+A watch event costs O(1): the object is set in its kind's dict in place (a reader takes one object at a time, or
+a snapshot with ``list()``, which the interpreter makes without letting a writer in between). What is derived from
+the objects (compiled profiles, quotas by namespace, the default PriorityClass) depends on one kind and is dropped
+only when that kind changes in a field the rules read: a ResourceQuota's status, updated by every pod created in
+its namespace, or an object's resourceVersion alone, changes nothing derived.
 """
 
 from __future__ import annotations
@@ -55,6 +60,26 @@ AGENT_KINDS = ("Node", "Pod", "ConfigMap")
 Key = tuple[str, str]  # (namespace or "", name)
 
 
+def _meta(obj: dict[str, Any], field: str) -> Any:
+    return (obj.get("metadata") or {}).get(field)
+
+
+# Per kind, the part of an object anything derived from it reads; an update that leaves it alone (a quota's
+# status, a resourceVersion, managedFields) changes nothing derived. Kinds not listed: any change counts.
+_READ: dict[str, Callable[[dict[str, Any]], Any]] = {
+    "ResourceQuota": lambda o: o.get("spec"),
+    "Namespace": lambda o: _meta(o, "labels"),
+    "PriorityClass": lambda o: (o.get("value"), o.get("globalDefault"), o.get("preemptionPolicy")),
+    "ClusterColocationProfile": lambda o: (o.get("spec"), _meta(o, "labels"), _meta(o, "annotations")),
+    "ConfigMap": lambda o: (o.get("data"), _meta(o, "labels"), _meta(o, "annotations")),
+}
+
+
+def _read_of(kind: str, obj: dict[str, Any]) -> Any:
+    read = _READ.get(kind)
+    return read(obj) if read is not None else obj
+
+
 def object_key(obj: dict[str, Any]) -> Key:
     meta = obj.get("metadata") or {}
     return (meta.get("namespace") or "", meta.get("name") or "")
@@ -69,8 +94,9 @@ class ClusterState:
         self._invalid: dict[str, dict[Key, str]] = {}  # kind -> key -> why the object must not be used
         self._synced: set[str] = set()
         self._errors: dict[str, str] = {}
-        self._lock = threading.Lock()  # writers only; readers take the current dict reference
-        self._derived: dict[str, Any] = {}
+        self._lock = threading.Lock()  # writers only
+        self._derived: dict[str, dict[str, Any]] = {k: {} for k in self.kinds}   # kind -> key -> value
+        self._last: dict[str, Any] = {}   # key -> the value last built, kept across changes (one per key)
         self.generation = 0
 
     # -- writes (sources) -------------------------------------------------------------
@@ -79,7 +105,7 @@ class ClusterState:
         with self._lock:
             self._objects[kind] = fresh
             self._invalid[kind] = dict(invalid or {})
-            self._touch()
+            self._touch(kind)
 
     def replace_all(self, by_kind: dict[str, list[dict[str, Any]]]) -> None:
         """Swap every kind at once (a reloaded folder), so readers see old or new, never a mix."""
@@ -89,35 +115,39 @@ class ClusterState:
             self._invalid = {}
             self._synced = set(self.kinds)
             self._errors.clear()
-            self._touch()
+            for kind in self.kinds:
+                self._touch(kind)
 
     def upsert(self, kind: str, obj: dict[str, Any], invalid: str | None = None) -> None:
         key = object_key(obj)
         with self._lock:
-            current = dict(self._objects.get(kind, {}))
-            current[key] = obj
-            self._objects[kind] = current
-            self._mark(kind, key, invalid)
-            self._touch()
+            objects = self._objects.setdefault(kind, {})
+            old = objects.get(key)
+            objects[key] = obj
+            marked = self._mark(kind, key, invalid)
+            if old is None or marked or _read_of(kind, old) != _read_of(kind, obj):
+                self._touch(kind)
 
     def delete(self, kind: str, obj: dict[str, Any]) -> None:
         key = object_key(obj)
         with self._lock:
-            current = dict(self._objects.get(kind, {}))
-            current.pop(key, None)
-            self._objects[kind] = current
-            self._mark(kind, key, None)
-            self._touch()
+            gone = self._objects.get(kind, {}).pop(key, None)
+            marked = self._mark(kind, key, None)
+            if gone is not None or marked:
+                self._touch(kind)
 
-    def _mark(self, kind: str, key: Key, invalid: str | None) -> None:
+    def _mark(self, kind: str, key: Key, invalid: str | None) -> bool:
+        """Set or clear an object's invalid mark; whether that changed anything."""
         marks = self._invalid.get(kind, {})
-        if invalid is not None or key in marks:
-            marks = dict(marks)
-            if invalid is None:
-                del marks[key]
-            else:
-                marks[key] = invalid
-            self._invalid[kind] = marks
+        if marks.get(key) == invalid:
+            return False
+        marks = dict(marks)
+        if invalid is None:
+            del marks[key]
+        else:
+            marks[key] = invalid
+        self._invalid[kind] = marks
+        return True
 
     def mark_synced(self, kind: str) -> None:
         with self._lock:
@@ -129,9 +159,9 @@ class ClusterState:
             self._synced = self._synced - {kind}
             self._errors[kind] = reason
 
-    def _touch(self) -> None:
+    def _touch(self, kind: str) -> None:
         self.generation += 1
-        self._derived = {}
+        self._derived[kind] = {}
 
     # -- readiness ----------------------------------------------------------------------
     @property
@@ -153,6 +183,7 @@ class ClusterState:
 
     # -- reads --------------------------------------------------------------------------
     def objects(self, kind: str) -> list[dict[str, Any]]:
+        # list() of a dict view is made in one step a writer thread cannot interleave with: a snapshot.
         return list(self._objects.get(kind, {}).values())
 
     def get(self, kind: str, name: str, namespace: str = "") -> dict[str, Any] | None:
@@ -162,13 +193,23 @@ class ClusterState:
         """The objects of ``kind`` a source marked invalid, with the reason (rules must not use them)."""
         return self._invalid.get(kind, {})
 
-    def derived(self, key: str, build: Callable[[], T]) -> T:
-        """A value computed from the current objects, rebuilt after any change (rules' caches). One key
-        always holds one type: the key names what ``build`` makes."""
-        derived = self._derived
+    def derived(self, kind: str, key: str, build: Callable[[], T]) -> T:
+        """A value computed from the objects of ``kind``, rebuilt after that kind changes in a field the rules
+        read (rules' caches). One key always holds one type: the key names what ``build`` makes."""
+        derived = self._derived.setdefault(kind, {})
         if key not in derived:
             derived[key] = build()
         return cast(T, derived[key])
+
+    def derived_from_last(self, kind: str, key: str, build: Callable[[T | None], T]) -> T:
+        """``derived``, where ``build`` gets the value built before the change (None the first time), so it can
+        keep what the change left alone (the profiles that did not change stay compiled)."""
+        def build_and_keep() -> T:
+            value = build(cast("T | None", self._last.get(key)))
+            self._last[key] = value
+            return value
+
+        return self.derived(kind, key, build_and_keep)
 
     def priority_class(self, name: str) -> dict[str, Any] | None:
         pc = self._objects.get("PriorityClass", {}).get(("", name))
@@ -177,7 +218,8 @@ class ClusterState:
         return pc
 
     def default_priority_class(self) -> dict[str, Any] | None:
-        return self.derived("default_pc", lambda: default_priority_class(self.objects("PriorityClass")))
+        return self.derived("PriorityClass", "default_pc",
+                            lambda: default_priority_class(self.objects("PriorityClass")))
 
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         """The namespace's labels (with ``kubernetes.io/metadata.name``), or None when unknown."""
@@ -191,7 +233,7 @@ class ClusterState:
     def colocation_profiles(self) -> list[dict[str, Any]]:
         """Every ClusterColocationProfile, in name order (the order they apply in), invalid ones included."""
         return self.derived(
-            "profiles",
+            "ClusterColocationProfile", "profiles",
             lambda: [p for _, p in sorted(self._objects.get("ClusterColocationProfile", {}).items())],
         )
 
@@ -206,7 +248,7 @@ class ClusterState:
                 by_ns.setdefault(ns, []).append(q)
             return by_ns
 
-        return self.derived("quotas", build).get(namespace, [])
+        return self.derived("ResourceQuota", "quotas", build).get(namespace, [])
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._objects.get("ConfigMap", {}).get((namespace, name))
@@ -217,5 +259,5 @@ class ClusterState:
     def pods_on_node(self, node_name: str) -> list[dict[str, Any]]:
         """The node's pods; the same list (not to be changed) until the state changes, so a caller that runs
         every second can tell nothing changed."""
-        return self.derived("pods_on_node/" + node_name, lambda: [
-            p for p in self._objects.get("Pod", {}).values() if (p.get("spec") or {}).get("nodeName") == node_name])
+        return self.derived("Pod", "pods_on_node/" + node_name, lambda: [
+            p for p in self.objects("Pod") if (p.get("spec") or {}).get("nodeName") == node_name])

@@ -10,6 +10,7 @@ Pure functions over plain dicts; a transformed pod shares every untouched subtre
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import re
 from collections.abc import Callable, Mapping
@@ -347,16 +348,27 @@ class NamespaceProfiles:
 class ProfileSet:
     """Every profile of one cluster-state generation, compiled once, with per-namespace views."""
 
-    def __init__(self, objects: list[dict[str, Any]], invalid: Mapping[str, str] | None = None) -> None:
-        """``invalid``: profile name -> why its source rejected it (an unknown field); such a profile never applies."""
-        self.profiles = [compile_profile(o) for o in objects]
+    def __init__(self, objects: list[dict[str, Any]], invalid: Mapping[str, str] | None = None,
+                 last: ProfileSet | None = None) -> None:
+        """``invalid``: profile name -> why its source rejected it (an unknown field); such a profile never applies.
+        ``last``: the set before a change; a profile whose object is the very same one is not compiled again
+        (a source replaces the object of a changed profile, and leaves the others as they were)."""
+        kept = last._compiled if last is not None else {}
+        self._compiled: dict[int, tuple[dict[str, Any], Profile]] = {}
+        for o in objects:
+            old = kept.get(id(o))
+            self._compiled[id(o)] = (o, old[1] if old is not None and old[0] is o else compile_profile(o))
+        self.profiles = [copy.copy(compiled) for _, compiled in self._compiled.values()]
         for p in self.profiles:
             if invalid and p.name in invalid:
                 p.error = invalid[p.name]
-        self._views: dict[str, NamespaceProfiles] = {}
+        self._views: dict[str, tuple[Mapping[str, str], NamespaceProfiles]] = {}
 
     def for_namespace(self, namespace: str, ns_labels: Mapping[str, str]) -> NamespaceProfiles:
-        view = self._views.get(namespace)
+        """The profiles whose namespaceSelector takes these labels; kept per namespace while its labels stay (a
+        change of one namespace's labels rebuilds that namespace's view, not the compiled profiles)."""
+        cached = self._views.get(namespace)
+        view = cached[1] if cached is not None and cached[0] == ns_labels else None
         if view is None:
             candidates, broken = [], []
             for i, p in enumerate(self.profiles):
@@ -367,7 +379,7 @@ class ProfileSet:
                 elif p.ns_selector is None or p.ns_selector.matches(ns_labels):
                     candidates.append(i)
             view = NamespaceProfiles(self.profiles, candidates, broken)
-            self._views[namespace] = view
+            self._views[namespace] = (dict(ns_labels), view)
         return view
 
 

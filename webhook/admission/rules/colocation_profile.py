@@ -32,9 +32,10 @@ def handles(request: AdmissionRequest) -> bool:
 
 
 def profile_set(state: ClusterState) -> ProfileSet:
-    """The compiled profiles of the state's current generation (rebuilt after any change)."""
-    return state.derived("colocation_profiles",
-                         lambda: ProfileSet(state.colocation_profiles(), state.invalid_colocation_profiles()))
+    """The compiled profiles, rebuilt only when a profile changes (a namespace's labels are checked by its view)."""
+    return state.derived_from_last(
+        "ClusterColocationProfile", "colocation_profiles",
+        lambda last: ProfileSet(state.colocation_profiles(), state.invalid_colocation_profiles(), last))
 
 
 def admit(ctx: MutatingContext) -> Denial | None:

@@ -1,0 +1,107 @@
+"""A watched change costs only what depends on it: a quota's status touches nothing the rules read, a namespace's
+labels only that namespace's view, a profile only that profile's compilation; and the answers follow every change
+that matters."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from webhook.admission.rules.colocation_profile import profile_set
+from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+
+
+def _profile(name: str, team: str, rv: str = "1") -> dict[str, Any]:
+    return {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+            "metadata": {"name": name, "resourceVersion": rv},
+            "spec": {"namespaceSelector": {"matchLabels": {"team": team}}, "qosClass": "BE"}}
+
+
+def _namespace(name: str, team: str, rv: str = "1") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "resourceVersion": rv,
+                                                                   "labels": {"team": team}}}
+
+
+def _quota(name: str, ns: str, used: str = "0", hard: str = "10") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": ns,
+                                                                       "resourceVersion": used},
+            "spec": {"hard": {"pods": hard}}, "status": {"hard": {"pods": hard}, "used": {"pods": used}}}
+
+
+def _state() -> ClusterState:
+    state = ClusterState(WEBHOOK_KINDS)
+    state.replace("Namespace", [_namespace("a", "red"), _namespace("b", "blue")])
+    state.replace("ClusterColocationProfile", [_profile("p-red", "red"), _profile("p-blue", "blue")])
+    state.replace("ResourceQuota", [_quota("q", "a")])
+    return state
+
+
+def _candidates(state: ClusterState, ns: str) -> list[str]:
+    labels = state.namespace_labels(ns)
+    assert labels is not None
+    view = profile_set(state).for_namespace(ns, labels)
+    return [view.profiles[i].name for i in view.select({}, 0)]
+
+
+def test_a_quota_status_update_invalidates_nothing_a_rule_reads() -> None:
+    state = _state()
+    profiles, quotas = profile_set(state), state.resource_quotas("a")
+    state.upsert("ResourceQuota", _quota("q", "a", used="7"))          # a pod was created in namespace a
+    assert profile_set(state) is profiles
+    assert state.resource_quotas("a") is quotas
+    assert state.get("ResourceQuota", "q", "a")["status"]["used"]["pods"] == "7"   # the object is the new one
+    state.upsert("ResourceQuota", _quota("q", "a", used="7", hard="20"))   # its spec: the quotas are read anew
+    assert state.resource_quotas("a") is not quotas
+    assert state.resource_quotas("a")[0]["spec"]["hard"]["pods"] == "20"
+    assert profile_set(state) is profiles
+
+
+def test_a_namespace_label_change_rebuilds_that_namespace_view_only() -> None:
+    state = _state()
+    profiles = profile_set(state)
+    assert _candidates(state, "a") == ["p-red"] and _candidates(state, "b") == ["p-blue"]
+    view_b = profiles.for_namespace("b", state.namespace_labels("b") or {})
+    state.upsert("Namespace", _namespace("a", "blue", rv="2"))
+    assert profile_set(state) is profiles                              # nothing recompiled
+    assert _candidates(state, "a") == ["p-blue"]                       # the answer follows the labels
+    assert profiles.for_namespace("b", state.namespace_labels("b") or {}) is view_b
+    state.upsert("Namespace", _namespace("a", "blue", rv="3"))         # a resourceVersion alone
+    assert _candidates(state, "a") == ["p-blue"]
+
+
+def test_a_profile_change_recompiles_that_profile_only() -> None:
+    state = _state()
+    before = profile_set(state)
+    kept = {o["metadata"]["name"]: compiled for o, compiled in before._compiled.values()}
+    changed = _profile("p-red", "blue", rv="2")
+    state.upsert("ClusterColocationProfile", changed)
+    after = profile_set(state)
+    assert after is not before
+    now = {o["metadata"]["name"]: compiled for o, compiled in after._compiled.values()}
+    assert now["p-blue"] is kept["p-blue"] and now["p-red"] is not kept["p-red"]
+    assert _candidates(state, "b") == ["p-blue", "p-red"]
+    state.upsert("ClusterColocationProfile", {**copy.deepcopy(changed),
+                                              "metadata": {"name": "p-red", "resourceVersion": "3"}})
+    assert profile_set(state) is after                                  # only its resourceVersion moved
+
+
+def test_an_invalid_mark_set_or_cleared_is_a_change() -> None:
+    state = _state()
+    before = profile_set(state)
+    state.upsert("ClusterColocationProfile", _profile("p-red", "red", rv="2"), 'unknown field "spec.selecter"')
+    marked = profile_set(state)
+    assert marked is not before and next(p for p in marked.profiles if p.name == "p-red").error
+    state.upsert("ClusterColocationProfile", _profile("p-red", "red", rv="3"))
+    fixed = profile_set(state)
+    assert next(p for p in fixed.profiles if p.name == "p-red").error is None
+
+
+def test_a_snapshot_read_stays_what_it_was() -> None:
+    """Writes are in place (O(1) per event); what a reader took before is not changed under it."""
+    state = _state()
+    taken = state.objects("Namespace")
+    state.upsert("Namespace", _namespace("c", "green"))
+    state.delete("Namespace", _namespace("a", "red"))
+    assert sorted(n["metadata"]["name"] for n in taken) == ["a", "b"]
+    assert sorted(n["metadata"]["name"] for n in state.objects("Namespace")) == ["b", "c"]
+    assert state.namespace_labels("a") is None
