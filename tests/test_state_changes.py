@@ -22,10 +22,11 @@ def _namespace(name: str, team: str, rv: str = "1") -> dict[str, Any]:
                                                                    "labels": {"team": team}}}
 
 
-def _quota(name: str, ns: str, used: str = "0", hard: str = "10") -> dict[str, Any]:
+def _quota(name: str, ns: str, used: str = "0", hard: str = "10", status_hard: str | None = None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": name, "namespace": ns,
                                                                        "resourceVersion": used},
-            "spec": {"hard": {"pods": hard}}, "status": {"hard": {"pods": hard}, "used": {"pods": used}}}
+            "spec": {"hard": {"pods": hard}},
+            "status": {"hard": {"pods": status_hard or hard}, "used": {"pods": used}}}
 
 
 def _state() -> ClusterState:
@@ -50,9 +51,14 @@ def test_a_quota_status_update_invalidates_nothing_a_rule_reads() -> None:
     assert profile_set(state) is profiles
     assert state.resource_quotas("a") is quotas
     assert state.get("ResourceQuota", "q", "a")["status"]["used"]["pods"] == "7"   # the object is the new one
-    state.upsert("ResourceQuota", _quota("q", "a", used="7", hard="20"))   # its spec: the quotas are read anew
+    state.upsert("ResourceQuota", _quota("q", "a", used="7", hard="20", status_hard="10"))   # its spec
     assert state.resource_quotas("a") is not quotas
     assert state.resource_quotas("a")[0]["spec"]["hard"]["pods"] == "20"
+    quotas = state.resource_quotas("a")
+    # status.hard is what the quota controller has put in force (the presence check reads it): a change.
+    state.upsert("ResourceQuota", _quota("q", "a", used="8", hard="20", status_hard="20"))
+    assert state.resource_quotas("a") is not quotas
+    assert state.resource_quotas("a")[0]["status"]["hard"]["pods"] == "20"
     assert profile_set(state) is profiles
 
 

@@ -67,7 +67,7 @@ def _meta(obj: dict[str, Any], field: str) -> Any:
 # Per kind, the part of an object anything derived from it reads; an update that leaves it alone (a quota's
 # status, a resourceVersion, managedFields) changes nothing derived. Kinds not listed: any change counts.
 _READ: dict[str, Callable[[dict[str, Any]], Any]] = {
-    "ResourceQuota": lambda o: o.get("spec"),
+    "ResourceQuota": lambda o: (o.get("spec"), (o.get("status") or {}).get("hard")),   # not status.used
     "Namespace": lambda o: _meta(o, "labels"),
     "PriorityClass": lambda o: (o.get("value"), o.get("globalDefault"), o.get("preemptionPolicy")),
     "ClusterColocationProfile": lambda o: (o.get("spec"), _meta(o, "labels"), _meta(o, "annotations")),
