@@ -111,3 +111,29 @@ def test_a_snapshot_read_stays_what_it_was() -> None:
     assert sorted(n["metadata"]["name"] for n in taken) == ["a", "b"]
     assert sorted(n["metadata"]["name"] for n in state.objects("Namespace")) == ["b", "c"]
     assert state.namespace_labels("a") is None
+
+
+def test_what_the_state_holds_of_an_object_is_what_is_read() -> None:
+    """managedFields, kubectl's last-applied copy, a namespace's spec and status, a quota's used counts: most of an
+    object at scale, and read by nothing."""
+    from webhook.cluster.state import LAST_APPLIED, kept
+
+    meta = {"name": "x", "namespace": "n", "resourceVersion": "7", "uid": "u", "labels": {"team": "red"},
+            "annotations": {LAST_APPLIED: "{...}", "config.koordinator.sh/skip-update-resources": ""},
+            "managedFields": [{"manager": "kubectl"}]}
+    ns = kept("Namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": meta,
+                            "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
+    assert ns == {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": "x", "namespace": "n", "resourceVersion": "7", "uid": "u", "labels": {"team": "red"},
+        "annotations": {"config.koordinator.sh/skip-update-resources": ""}}}
+    quota = kept("ResourceQuota", {"kind": "ResourceQuota", "metadata": meta, "spec": {"hard": {"pods": "1"}},
+                                   "status": {"hard": {"pods": "1"}, "used": {"pods": "0"}}})
+    assert (quota["spec"], quota["status"]) == ({"hard": {"pods": "1"}}, {"hard": {"pods": "1"}})
+    pc = kept("PriorityClass", {"kind": "PriorityClass", "metadata": meta, "value": 5, "globalDefault": False,
+                                "preemptionPolicy": "Never", "description": "long text"})
+    assert set(pc) == {"apiVersion", "kind", "metadata", "value", "globalDefault", "preemptionPolicy"}
+    profile = kept("ClusterColocationProfile", {"kind": "ClusterColocationProfile", "metadata": meta,
+                                                "spec": {"qosClass": "BE"}, "status": {}})
+    assert profile["spec"] == {"qosClass": "BE"} and "status" not in profile
+    pod = kept("Pod", {"kind": "Pod", "metadata": meta, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
+    assert pod["status"] == {"phase": "Running"} and "managedFields" not in pod["metadata"]

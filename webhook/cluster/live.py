@@ -32,7 +32,16 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from webhook.cluster.files import found, utf8, yaml_problem
-from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState, Kind, object_key
+from webhook.cluster.state import (
+    KINDS,
+    SLO_CONFIG_NAME,
+    SLO_CONFIG_NAMESPACE,
+    ClusterState,
+    Key,
+    Kind,
+    kept,
+    object_key,
+)
 from webhook.cluster.strict import CUSTOM_KINDS, check
 
 __all__ = ["KindStatus", "LiveSource", "LiveSourceError"]
@@ -288,6 +297,7 @@ class _Reflector:
 
     def _list(self) -> str:
         items: list[dict[str, Any]] = []
+        invalid: dict[Key, str] = {}
         cont: str | None = None
         while True:
             kw: dict[str, Any] = {"limit": self.source.page_size}
@@ -301,7 +311,7 @@ class _Reflector:
                 # an expired continue token: a consistent list must start over
                 log.warning("%s: list continue token expired (%s); restarting the list", self.label, exc)
                 self.status.relists_after_410 += 1
-                items, cont = [], None
+                items, invalid, cont = [], {}, None
                 if self.source._stop.is_set():
                     raise
                 continue
@@ -309,24 +319,29 @@ class _Reflector:
                 body = orjson.loads(resp.data)
             finally:
                 resp.release_conn()
-            items.extend(body.get("items") or [])
+            # Page by page, so that only one page of whole objects is held at a time.
+            for o in body.get("items") or []:
+                if self._wanted(o):
+                    obj, why = self._taken(o)
+                    items.append(obj)
+                    if why is not None:
+                        invalid[object_key(obj)] = why
             meta = body.get("metadata") or {}
+            del body
             cont = meta.get("continue") or None
             if not cont:
                 break
         rv = str(meta.get("resourceVersion") or "")
         self._recovered()
-        kept = [self._fill(o) for o in items if self._wanted(o)]
-        invalid = {object_key(o): why for o in kept if (why := self._check(o)) is not None}
-        self.source.state.replace(self.kind.kind, kept, invalid)
+        self.source.state.replace(self.kind.kind, items, invalid)
         self.status.lists += 1
         self.status.resource_version = rv
         if not self.status.synced:
             self.status.synced = True
             self.source.state.mark_synced(self.kind.kind)
-            log.info("%s: synced %d objects (resourceVersion %s)", self.label, len(kept), rv)
+            log.info("%s: synced %d objects (resourceVersion %s)", self.label, len(items), rv)
         else:
-            log.info("%s: relisted %d objects (resourceVersion %s)", self.label, len(kept), rv)
+            log.info("%s: relisted %d objects (resourceVersion %s)", self.label, len(items), rv)
         return rv
 
     def _fill(self, obj: dict[str, Any]) -> dict[str, Any]:
@@ -334,6 +349,12 @@ class _Reflector:
         obj["kind"] = self.kind.kind
         obj["apiVersion"] = self.kind.api_version
         return obj
+
+    def _taken(self, obj: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+        """What the state holds of an object from the API (only what is read of it), and why it must not be
+        used; checked whole, before anything is left out."""
+        whole = self._fill(obj)
+        return kept(self.kind.kind, whole), self._check(whole)
 
     def _wanted(self, obj: dict[str, Any]) -> bool:
         return self.name is None or (obj.get("metadata") or {}).get("name") == self.name
@@ -384,8 +405,7 @@ class _Reflector:
                     raise _APIError(message)
                 if etype in ("ADDED", "MODIFIED"):
                     if self._wanted(obj):
-                        obj = self._fill(obj)
-                        state.upsert(kind, obj, self._check(obj))
+                        state.upsert(kind, *self._taken(obj))
                 elif etype == "DELETED":
                     state.delete(kind, obj)
                 new_rv = (obj.get("metadata") or {}).get("resourceVersion")

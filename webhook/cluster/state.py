@@ -75,6 +75,38 @@ _READ: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
+_META_KEPT = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
+              "labels", "annotations", "ownerReferences")
+# Per kind, the top-level fields worth holding: what the rules and the agent read (status: the quota's hard
+# list only, as its used counts change with every pod). Kinds not listed keep every top-level field.
+_KEPT: dict[str, tuple[str, ...]] = {
+    "Namespace": (),
+    "ResourceQuota": ("spec", "status"),
+    "PriorityClass": ("value", "globalDefault", "preemptionPolicy"),
+    "ClusterColocationProfile": ("spec",),
+    "ConfigMap": ("data",),
+}
+
+
+def kept(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
+    """``obj`` with only what is read of it: at scale, ``managedFields``, kubectl's last-applied copy, a
+    namespace's ``spec``/``status`` and a quota's ``status.used`` are most of an object and read by nothing."""
+    meta = obj.get("metadata")
+    out: dict[str, Any] = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind")}
+    if isinstance(meta, dict):
+        small = {k: meta[k] for k in _META_KEPT if k in meta}
+        annotations = small.get("annotations")
+        if isinstance(annotations, dict) and LAST_APPLIED in annotations:
+            small["annotations"] = {k: v for k, v in annotations.items() if k != LAST_APPLIED}
+        out["metadata"] = small
+    fields = _KEPT.get(kind)
+    out.update((k, v) for k, v in obj.items() if k not in out and (fields is None or k in fields))
+    if kind == "ResourceQuota" and isinstance(out.get("status"), dict):
+        out["status"] = {k: v for k, v in out["status"].items() if k == "hard"}
+    return out
+
+
 def _read_of(kind: str, obj: dict[str, Any]) -> Any:
     read = _READ.get(kind)
     return read(obj) if read is not None else obj

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""Resident memory of `serve` reading a large cluster through --kubeconfig: a table by cluster size.
+
+For each size, a local API server (tests/apiserver.py's replay server, loopback only) serves paginated lists of
+objects shaped as a real cluster's are, with the fields that weigh (managedFields, kubectl's last-applied
+annotation, a namespace's spec and status, a quota's used counts), and an empty watch for each kind. `serve`
+lists it all, turns ready, and its resident memory (VmRSS) is read after a few seconds of quiet.
+
+    python bench/state_memory.py [--sizes 1000,10000,50000] [--profiles 1000] [--classes 206]
+
+Quotas are half the namespaces. Bounded: one `serve` per size, stopped when measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.webhook_load import free_port  # noqa: E402
+from tests.apiserver import Received, ReplayAPIServer  # noqa: E402
+
+MANAGED = [{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1",
+            "time": "2026-11-20T10:00:00Z", "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}},
+                                        "f:labels": {".": {}, "f:team": {}, "f:koordinator.sh/enable-colocation": {}}}}}]
+
+
+def namespaces(n: int) -> list[dict[str, Any]]:
+    return [{"metadata": {"name": f"ns-{i}", "uid": f"00000000-0000-0000-0000-{i:012d}", "resourceVersion": str(i),
+                          "creationTimestamp": "2026-11-20T10:00:00Z", "managedFields": MANAGED,
+                          "labels": {"kubernetes.io/metadata.name": f"ns-{i}", "team": f"t{i % 50}",
+                                     "koordinator.sh/enable-colocation": str(i % 2 == 0).lower()},
+                          "annotations": {"kubectl.kubernetes.io/last-applied-configuration":
+                                          json.dumps({"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": f"ns-{i}", "labels": {"team": f"t{i % 50}"}}})}},
+             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}} for i in range(n)]
+
+
+def quotas(n: int, spread: int) -> list[dict[str, Any]]:
+    hard = {"pods": "100", "requests.cpu": "64", "requests.memory": "256Gi", "limits.cpu": "128",
+            "limits.memory": "512Gi", "count/configmaps": "100"}
+    return [{"metadata": {"name": f"quota-{i}", "namespace": f"ns-{i % spread}", "uid": f"q-{i}",
+                          "resourceVersion": str(i), "managedFields": MANAGED * 2,
+                          "annotations": {"kubectl.kubernetes.io/last-applied-configuration":
+                                          json.dumps({"spec": {"hard": hard}})}},
+             "spec": {"hard": hard},
+             "status": {"hard": hard, "used": {k: "0" for k in hard}}} for i in range(n)]
+
+
+def classes(n: int) -> list[dict[str, Any]]:
+    named = [("koord-prod", 9000), ("koord-mid", 7000), ("koord-batch", 5000), ("koord-free", 3000)]
+    named += [(f"class-{i}", 1000 + i) for i in range(n - len(named))]
+    return [{"metadata": {"name": name, "resourceVersion": "1", "managedFields": MANAGED}, "value": value,
+             "preemptionPolicy": "PreemptLowerPriority", "description": "a class for the benchmark " * 4}
+            for name, value in named]
+
+
+def profiles(n: int) -> list[dict[str, Any]]:
+    return [{"metadata": {"name": f"profile-{i:04d}", "resourceVersion": "1", "managedFields": MANAGED},
+             "spec": {"namespaceSelector": {"matchLabels": {"team": f"t{i % 50}"}},
+                      "selector": {"matchLabels": {"app": f"app-{i}"}}, "qosClass": "BE",
+                      "priorityClassName": "koord-batch", "labels": {"profile": str(i)}}} for i in range(n)]
+
+
+LISTS = {  # path -> (kind of the list, api version)
+    "/apis/scheduling.k8s.io/v1/priorityclasses": ("PriorityClassList", "scheduling.k8s.io/v1"),
+    "/api/v1/namespaces": ("NamespaceList", "v1"),
+    "/api/v1/resourcequotas": ("ResourceQuotaList", "v1"),
+    "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles": ("ClusterColocationProfileList",
+                                                                      "config.koordinator.sh/v1alpha1"),
+    "/api/v1/namespaces/koordinator-system/configmaps": ("ConfigMapList", "v1"),
+}
+
+
+def paginated(path: str, items: list[dict[str, Any]]) -> Any:
+    kind, version = LISTS[path]
+
+    def respond(r: Received) -> tuple[int, Any]:
+        limit = int(r.query.get("limit") or len(items) or 1)
+        start = int(r.query.get("continue") or 0)
+        page = items[start:start + limit]
+        more = start + limit < len(items)
+        return 200, {"kind": kind, "apiVersion": version, "items": page,
+                     "metadata": {"resourceVersion": "1000000", **({"continue": str(start + limit)} if more else {})}}
+
+    return respond
+
+
+def kubeconfig(folder: Path, url: str) -> Path:
+    path = folder / "kubeconfig"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "Config", "current-context": "bench",
+                                "clusters": [{"name": "bench", "cluster": {"server": url}}],
+                                "contexts": [{"name": "bench", "context": {"cluster": "bench", "user": "bench"}}],
+                                "users": [{"name": "bench", "user": {"token": "bench"}}]}))
+    return path
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float, float]:
+    """(seconds to ready, resident MiB once quiet, resident MiB with no objects at all)."""
+    with tempfile.TemporaryDirectory() as tmp, ReplayAPIServer() as api:
+        data = {"/apis/scheduling.k8s.io/v1/priorityclasses": classes(n_classes),
+                "/api/v1/namespaces": namespaces(n_ns), "/api/v1/resourcequotas": quotas(n_ns // 2, n_ns),
+                "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles": profiles(n_profiles),
+                "/api/v1/namespaces/koordinator-system/configmaps": []}
+        for path, items in data.items():
+            api.add_handler("GET", path, paginated(path, items), watch=False)
+            api.add_watch(path, [])
+        port = free_port()
+        cmd = [sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
+               "--metrics-port", "0", "--cert-dir", str(Path(tmp) / "certs"), "--drain-delay", "0",
+               "--kubeconfig", str(kubeconfig(Path(tmp), api.url))]
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+        try:
+            ready = None
+            while time.monotonic() - started < 120:
+                try:
+                    ctx = ssl.create_default_context(cafile=str(Path(tmp) / "certs" / "ca.crt"))
+                    with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=2) as r:
+                        if r.status == 200:
+                            ready = time.monotonic() - started
+                            break
+                except OSError:
+                    pass
+                time.sleep(0.05)
+            if ready is None:
+                raise SystemExit(f"serve did not become ready at {n_ns} namespaces")
+            time.sleep(3)
+            return ready, rss_mib(proc.pid), 0.0
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=30)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="1000,10000,50000", help="namespaces per run, comma-separated")
+    ap.add_argument("--profiles", type=int, default=1000)
+    ap.add_argument("--classes", type=int, default=206)
+    args = ap.parse_args()
+    print(f"{'namespaces':>10} {'quotas':>7} {'profiles':>8} {'classes':>7} {'ready in':>9} {'resident':>10}")
+    for n in (int(s) for s in args.sizes.split(",")):
+        ready, rss, _ = measure(n, args.profiles, args.classes)
+        print(f"{n:>10} {n // 2:>7} {args.profiles:>8} {args.classes:>7} {ready:>8.1f}s {rss:>7.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
