@@ -32,10 +32,12 @@ sys.path.insert(0, str(ROOT))
 from bench.webhook_load import free_port  # noqa: E402
 from tests.apiserver import Received, ReplayAPIServer  # noqa: E402
 
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 MANAGED = [{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1",
             "time": "2026-11-20T10:00:00Z", "fieldsType": "FieldsV1",
-            "fieldsV1": {"f:metadata": {"f:annotations": {".": {}, "f:kubectl.kubernetes.io/last-applied-configuration": {}},
-                                        "f:labels": {".": {}, "f:team": {}, "f:koordinator.sh/enable-colocation": {}}}}}]
+            "fieldsV1": {"f:metadata": {
+                "f:annotations": {".": {}, f"f:{LAST_APPLIED}": {}},
+                "f:labels": {".": {}, "f:team": {}, "f:koordinator.sh/enable-colocation": {}}}}}]
 
 
 def namespaces(n: int) -> list[dict[str, Any]]:
@@ -43,9 +45,9 @@ def namespaces(n: int) -> list[dict[str, Any]]:
                           "creationTimestamp": "2026-11-20T10:00:00Z", "managedFields": MANAGED,
                           "labels": {"kubernetes.io/metadata.name": f"ns-{i}", "team": f"t{i % 50}",
                                      "koordinator.sh/enable-colocation": str(i % 2 == 0).lower()},
-                          "annotations": {"kubectl.kubernetes.io/last-applied-configuration":
-                                          json.dumps({"apiVersion": "v1", "kind": "Namespace",
-                                                      "metadata": {"name": f"ns-{i}", "labels": {"team": f"t{i % 50}"}}})}},
+                          "annotations": {LAST_APPLIED: json.dumps({
+                              "apiVersion": "v1", "kind": "Namespace",
+                              "metadata": {"name": f"ns-{i}", "labels": {"team": f"t{i % 50}"}}})}},
              "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}} for i in range(n)]
 
 
@@ -54,8 +56,7 @@ def quotas(n: int, spread: int) -> list[dict[str, Any]]:
             "limits.memory": "512Gi", "count/configmaps": "100"}
     return [{"metadata": {"name": f"quota-{i}", "namespace": f"ns-{i % spread}", "uid": f"q-{i}",
                           "resourceVersion": str(i), "managedFields": MANAGED * 2,
-                          "annotations": {"kubectl.kubernetes.io/last-applied-configuration":
-                                          json.dumps({"spec": {"hard": hard}})}},
+                          "annotations": {LAST_APPLIED: json.dumps({"spec": {"hard": hard}})}},
              "spec": {"hard": hard},
              "status": {"hard": hard, "used": {k: "0" for k in hard}}} for i in range(n)]
 
@@ -115,8 +116,8 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float, float]:
-    """(seconds to ready, resident MiB once quiet, resident MiB with no objects at all)."""
+def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
+    """(seconds until ready, resident MiB once quiet)."""
     with tempfile.TemporaryDirectory() as tmp, ReplayAPIServer() as api:
         data = {"/apis/scheduling.k8s.io/v1/priorityclasses": classes(n_classes),
                 "/api/v1/namespaces": namespaces(n_ns), "/api/v1/resourcequotas": quotas(n_ns // 2, n_ns),
@@ -147,7 +148,7 @@ def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float, f
             if ready is None:
                 raise SystemExit(f"serve did not become ready at {n_ns} namespaces")
             time.sleep(3)
-            return ready, rss_mib(proc.pid), 0.0
+            return ready, rss_mib(proc.pid)
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=30)
@@ -161,7 +162,7 @@ def main() -> int:
     args = ap.parse_args()
     print(f"{'namespaces':>10} {'quotas':>7} {'profiles':>8} {'classes':>7} {'ready in':>9} {'resident':>10}")
     for n in (int(s) for s in args.sizes.split(",")):
-        ready, rss, _ = measure(n, args.profiles, args.classes)
+        ready, rss = measure(n, args.profiles, args.classes)
         print(f"{n:>10} {n // 2:>7} {args.profiles:>8} {args.classes:>7} {ready:>8.1f}s {rss:>7.1f} MiB")
     return 0
 
