@@ -29,6 +29,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.soak import rss_kib  # noqa: E402
 from bench.webhook_load import free_port  # noqa: E402
 from tests.apiserver import Received, ReplayAPIServer  # noqa: E402
 
@@ -109,13 +110,6 @@ def kubeconfig(folder: Path, url: str) -> Path:
     return path
 
 
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return 0.0
-
-
 def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
     """(seconds until ready, resident MiB once quiet)."""
     with tempfile.TemporaryDirectory() as tmp, ReplayAPIServer() as api:
@@ -148,7 +142,7 @@ def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
             if ready is None:
                 raise SystemExit(f"serve did not become ready at {n_ns} namespaces")
             time.sleep(3)
-            return ready, rss_mib(proc.pid)
+            return ready, rss_kib(proc.pid) / 1024
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=30)
