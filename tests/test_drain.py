@@ -172,3 +172,12 @@ def test_drain_delay_0_stops_at_once(tmp_path: Path) -> None:
         assert srv.proc.wait(timeout=15) == 0
         err = srv.proc.stderr.read() if srv.proc.stderr else ""
     assert "shutting down: /readyz" not in err
+
+
+def test_ctrl_c_does_not_drain(tmp_path: Path) -> None:
+    """A person at a terminal: SIGINT stops at once, whatever the drain delay; only the kubelet's SIGTERM drains."""
+    with serve(tmp_path, 60.0) as srv:
+        srv.proc.send_signal(signal.SIGINT)
+        assert srv.proc.wait(timeout=15) == 0
+        err = srv.proc.stderr.read() if srv.proc.stderr else ""
+    assert "shutting down: /readyz" not in err

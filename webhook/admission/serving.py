@@ -24,10 +24,10 @@ controller-runtime's metrics endpoint is, so a Prometheus needs no admission CA 
 
 A SIGTERM does not stop it at once (kube-apiserver's own ``--shutdown-delay-duration`` is the model): the
 apiserver keeps calling a terminating replica until the endpoints change reaches it, and with
-``failurePolicy: Ignore`` every call that fails admits a pod unchecked. So on the first SIGTERM or SIGINT
-``/readyz`` turns 503 and the listeners stay open for ``drain_delay`` seconds, answering reviews on open and new
+``failurePolicy: Ignore`` every call that fails admits a pod unchecked. So on the first SIGTERM (what the kubelet
+sends) ``/readyz`` turns 503 and the listeners stay open for ``drain_delay`` seconds, answering reviews on open and new
 connections; then uvicorn's graceful shutdown stops listening and lets in-flight reviews finish. A second
-signal ends the process at once.
+signal ends the process at once, and so does Ctrl-C (SIGINT): a person at a terminal has no endpoints to wait for.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import signal
 import socket
 import ssl
 import sys
@@ -251,12 +252,13 @@ class AdmissionServer(WatchingServer):
             self.metrics_config.load()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        """The first SIGTERM/SIGINT starts the drain (see the module's text); a second one, or any with no drain
-        delay, ends the serving now: with the drain already begun, without waiting for in-flight reviews.
+        """The first SIGTERM starts the drain (see the module's text); SIGINT, a second signal, or any with no drain
+        delay ends the serving now: with the drain already begun, without waiting for in-flight reviews.
 
         A signal handler may interrupt code that holds a lock (logging's, a metric's): this one only sets plain
         attributes; the log line and the gauge follow on the server's next tick."""
-        if self._drain_ends is None and self.options.drain_delay > 0 and not self.should_exit:
+        if (sig == signal.SIGTERM and self._drain_ends is None and self.options.drain_delay > 0
+                and not self.should_exit):
             self._drain_ends = time.monotonic() + self.options.drain_delay
             self.lifecycle.draining = True
             return
