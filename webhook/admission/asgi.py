@@ -28,6 +28,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+from webhook.admission.domain.memory_budget import memory_refusal
+from webhook.admission.memory import MemoryCgroup
 from webhook.admission.offload import ForkedWorker
 from webhook.admission.review import MAX_BODY_BYTES, REVIEW_PATHS, Endpoint
 from webhook.admission.service import Answer, Evaluation, ReviewService, error_body
@@ -51,6 +53,7 @@ class EdgePolicy:
     max_in_flight: int = 32          # reviews being read or answered at once; one more is answered 429
     max_large_in_flight: int = 8     # of them, large ones; each holds its body (up to 3 MiB) while it waits
     large_body_bytes: int = 64 * 1024  # above this a review is answered by the burst's child process
+    memory: MemoryCgroup | None = None   # the pod's memory cgroup: a large review that would not fit waits (429)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +174,8 @@ class ReviewDispatcher:
         large = length is not None and length > policy.large_body_bytes
         if large and self.large_in_flight >= policy.max_large_in_flight:
             return await _send(send, self._large_busy())
+        if large and length is not None and (why := _short_of_memory(policy, length)) is not None:
+            return await _send(send, _busy(why))
         self.in_flight += 1
         self.large_in_flight += large
         try:
@@ -240,6 +245,12 @@ async def _send(send: Send, answer: Answer) -> int:
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})
     return answer.status
+
+
+def _short_of_memory(policy: EdgePolicy, body_bytes: int) -> str | None:
+    """Why a large review must wait for memory (the pod's cgroup read now), or None."""
+    reading = policy.memory.read() if policy.memory is not None else None
+    return memory_refusal(*reading, body_bytes) if reading is not None else None
 
 
 def _busy(why: str) -> Answer:

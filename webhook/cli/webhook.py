@@ -74,6 +74,7 @@ def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: boo
 # -- serve ----------------------------------------------------------------------------------
 def serve(args: argparse.Namespace) -> int:
     from webhook.admission.app import create_server
+    from webhook.admission.memory import this_process
     from webhook.admission.serving import AdmissionServer
     from webhook.tls.certs import CertsError, ensure_localhost
     from webhook.tls.policy import ClientCAError
@@ -110,7 +111,8 @@ def serve(args: argparse.Namespace) -> int:
             raise UsageError(f"--cert-dir {cert_dir}: {exc}") from None
         cert, key = paths.cert, paths.key
         log.info("%s", what)
-    policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight)
+    policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight,
+                        memory=this_process())
     webhook = create_server(state, settings, policy=policy, openapi=args.openapi)
     options = ServeOptions(host=args.host, port=args.port, metrics_port=args.metrics_port,
                            read_header_timeout=args.read_header_timeout, read_timeout=args.read_timeout,

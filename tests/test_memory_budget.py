@@ -1,0 +1,94 @@
+"""A large review waits (429) when the pod's memory cgroup could not hold it: the budget, the cgroup found from
+/proc/self/cgroup (v2 and v1 trees, and a real v1 memory cgroup with a real limit), and the answer over real TLS."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import load_fixture
+from tests.kernel import real_cgroup_root, v1_unavailable_reason
+from tests.serving import run_server
+from tests.test_edge_limits import REVIEW, big_review
+from webhook.admission.asgi import EdgePolicy
+from webhook.admission.domain.memory_budget import MIB, memory_refusal
+from webhook.admission.memory import MemoryCgroup, this_process
+from webhook.cluster.state import ClusterState
+
+LIMIT = 256 * MIB
+
+
+def test_the_budget() -> None:
+    assert memory_refusal(60 * MIB, LIMIT, 3 * MIB) is None                  # idle: a 3 MB review fits
+    assert memory_refusal(180 * MIB, LIMIT, 64 * 1024) is None               # a small large one still does
+    why = memory_refusal(180 * MIB, LIMIT, 3 * MIB)                          # 180 + 18 > 192 (75 %)
+    assert why == ("the pod uses 180 MiB of its 256 MiB memory limit, and a review of 3145728 bytes needs about "
+                   "18 MiB more, past 75% of the limit")
+
+
+def _tree(tmp: Path, cgroup_line: str, files: dict[str, str]) -> tuple[Path, Path]:
+    proc, root = tmp / "proc", tmp / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    (proc / "self" / "cgroup").write_text(cgroup_line + "\n")
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return proc, root
+
+
+@pytest.mark.parametrize(("name", "line", "files", "expected"), [
+    ("v2, its own folder", "0::/kubepods/pod1/c1",
+     {"kubepods/pod1/c1/memory.max": "268435456\n", "kubepods/pod1/c1/memory.current": "104857600\n"},
+     (100 * MIB, LIMIT)),
+    ("v2, a cgroup namespace: the root is its folder", "0::/",
+     {"memory.max": "268435456\n", "memory.current": "1048576\n"}, (MIB, LIMIT)),
+    ("v2, the host's path not mounted here: the root", "0::/kubepods/pod1/c1",
+     {"memory.max": "268435456\n", "memory.current": "1048576\n"}, (MIB, LIMIT)),
+    ("v1", "5:memory:/kubepods/pod1/c1", {"memory/kubepods/pod1/c1/memory.limit_in_bytes": "268435456\n",
+                                          "memory/kubepods/pod1/c1/memory.usage_in_bytes": "2097152\n"},
+     (2 * MIB, LIMIT)),
+    ("v2 without a limit", "0::/", {"memory.max": "max\n", "memory.current": "1\n"}, None),
+    ("v1 without a limit", "5:memory:/", {"memory/memory.limit_in_bytes": "9223372036854771712\n",
+                                          "memory/memory.usage_in_bytes": "1\n"}, None),
+    ("no memory controller", "3:cpu,cpuacct:/", {}, None),
+])
+def test_the_cgroup_of_this_process(tmp_path: Path, name: str, line: str, files: dict[str, str],
+                                    expected: tuple[int, int] | None) -> None:
+    proc, root = _tree(tmp_path, line, files)
+    found = this_process(proc, root)
+    assert (found.read() if found is not None else None) == expected, name
+
+
+def test_a_real_memory_cgroup_with_a_limit_is_found_from_inside() -> None:
+    reason = v1_unavailable_reason()
+    if reason is not None:
+        pytest.skip(reason)
+    with real_cgroup_root() as cg:
+        cg.mkdir("pod", controllers=("memory",))
+        cg.write("memory", "pod", "memory.limit_in_bytes", str(LIMIT))
+        child = cg.spawn("pod", "from webhook.admission.memory import this_process\n"
+                                "m = this_process()\nprint(m.read() if m else None)", controllers=("memory",))
+        out, err = child.communicate(timeout=60)
+        assert child.returncode == 0, err
+        usage, limit = ast.literal_eval(out.strip())   # the (usage, limit) the child printed
+        assert limit == LIMIT and 0 < usage < LIMIT
+
+
+def test_a_large_review_waits_for_memory_over_real_tls(tmp_path: Path, example_state: ClusterState,
+                                                       cert_dir: Path) -> None:
+    usage, limit = tmp_path / "memory.current", tmp_path / "memory.max"
+    limit.write_text(f"{LIMIT}\n")
+    usage.write_text(f"{190 * MIB}\n")            # a pod close to 75 % of its limit
+    policy = EdgePolicy(memory=MemoryCgroup(usage, limit))
+    large = json.dumps(big_review(1024 * 1024)).encode()
+    small = json.dumps(load_fixture(REVIEW)).encode()
+    with run_server(example_state, cert_dir, policy=policy) as srv, srv.client() as c:
+        refused = c.post("/mutate", content=large, headers={"content-type": "application/json"})
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+        assert "the pod uses 190 MiB of its 256 MiB memory limit" in refused.json()["error"]
+        assert c.post("/mutate", content=small).status_code == 200      # small reviews are not held up
+        usage.write_text(f"{80 * MIB}\n")            # memory came back
+        assert c.post("/mutate", content=large, headers={"content-type": "application/json"}).status_code == 200
