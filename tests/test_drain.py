@@ -166,18 +166,12 @@ def test_a_second_signal_stops_at_once(tmp_path: Path, second: signal.Signals) -
         assert srv.proc.wait(timeout=drain / 4) == 0  # long before the drain would have ended
 
 
-def test_drain_delay_0_stops_at_once(tmp_path: Path) -> None:
-    with serve(tmp_path, 0) as srv:
-        srv.proc.send_signal(signal.SIGTERM)
-        assert srv.proc.wait(timeout=15) == 0
-        err = srv.proc.stderr.read() if srv.proc.stderr else ""
-    assert "shutting down: /readyz" not in err
-
-
-def test_ctrl_c_does_not_drain(tmp_path: Path) -> None:
-    """A person at a terminal: SIGINT stops at once, whatever the drain delay; only the kubelet's SIGTERM drains."""
-    with serve(tmp_path, 60.0) as srv:
-        srv.proc.send_signal(signal.SIGINT)
+@pytest.mark.parametrize(("drain", "sig"), [(0.0, signal.SIGTERM), (60.0, signal.SIGINT)],
+                         ids=["--drain-delay 0", "Ctrl-C (SIGINT), whatever the delay"])
+def test_no_drain_stops_at_once(tmp_path: Path, drain: float, sig: signal.Signals) -> None:
+    """Nothing to drain for: with no delay, or for a person at a terminal (only the kubelet's SIGTERM drains)."""
+    with serve(tmp_path, drain) as srv:
+        srv.proc.send_signal(sig)
         assert srv.proc.wait(timeout=15) == 0
         err = srv.proc.stderr.read() if srv.proc.stderr else ""
     assert "shutting down: /readyz" not in err
