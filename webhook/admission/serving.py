@@ -78,11 +78,10 @@ class GuardedProtocol(HttpToolsProtocol):
         self._tls: dict[object, object] | None = None
 
     @classmethod
-    def limits(cls, options: ServeOptions, metrics: Metrics | None,
-               lifecycle: Lifecycle | None = None) -> type[GuardedProtocol]:
+    def limits(cls, options: ServeOptions, metrics: Metrics | None, lifecycle: Lifecycle) -> type[GuardedProtocol]:
         return type("GuardedProtocol", (cls,), {"read_header_timeout": options.read_header_timeout,
                                                 "read_timeout": options.read_timeout, "metrics": metrics,
-                                                "lifecycle": lifecycle or Lifecycle()})
+                                                "lifecycle": lifecycle})
 
     # -- the deadlines ----------------------------------------------------------------------------
     def _arm(self, seconds: float, phase: str) -> None:

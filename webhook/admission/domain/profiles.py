@@ -358,10 +358,13 @@ class ProfileSet:
         for o in objects:
             old = kept.get(id(o))
             self._compiled[id(o)] = (o, old[1] if old is not None and old[0] is o else compile_profile(o))
-        self.profiles = [copy.copy(compiled) for _, compiled in self._compiled.values()]
-        for p in self.profiles:
-            if invalid and p.name in invalid:
-                p.error = invalid[p.name]
+        self.profiles = []
+        for _, compiled in self._compiled.values():
+            if invalid and compiled.name in invalid:
+                # A copy carries the mark: the compiled profile is kept for a later set, where it may be fixed.
+                compiled = copy.copy(compiled)
+                compiled.error = invalid[compiled.name]
+            self.profiles.append(compiled)
         self._views: dict[str, tuple[Mapping[str, str], NamespaceProfiles]] = {}
 
     def for_namespace(self, namespace: str, ns_labels: Mapping[str, str]) -> NamespaceProfiles:
