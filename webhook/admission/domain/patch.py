@@ -7,14 +7,16 @@ emits surprising ``move`` ops), missing parent maps added, keys escaped.
 Copy on write: the builder never changes a map or list it did not copy itself. A write copies
 (shallowly) each container on its path the first time, so the caller's object stays as it came and
 a request costs a few small copies instead of a deep copy of the whole pod.
+
+A value handed to ``set`` or ``update`` is taken, not copied: the op and the document hold that very object, and
+a later write below it copies it first, so the op keeps what was written. The caller must not change a value after
+handing it over (every rule builds its values fresh, or passes the pod's own untouched subtrees).
 """
 
 from __future__ import annotations
 
 from operator import is_not
 from typing import Any
-
-from webhook.admission.domain.strategic_merge import clone
 
 Path = tuple[str | int, ...]
 _MISSING = object()
@@ -31,13 +33,6 @@ def pointer(path: Path) -> str:
         else:
             out += "/" + str(p)
     return out
-
-
-def _snapshot(value: Any) -> Any:
-    """What an op records: its own copy of a map or list the caller gave, so nothing the caller does
-    later, and no container of the document the value may share, can rewrite a recorded op.
-    (The builder itself never changes a value it was given: it copies on write.)"""
-    return clone(value) if isinstance(value, (dict, list)) else value
 
 
 def _differs(old: Any, new: Any) -> bool:
@@ -99,10 +94,10 @@ class PatchBuilder:
         return default if value is _MISSING else value
 
     def _record(self, op: str, path: Path, value: Any = _MISSING) -> None:
-        entry: dict[str, Any] = {"op": op, "path": pointer(path)}
-        if value is not _MISSING:
-            entry["value"] = _snapshot(value)
-        self.ops.append(entry)
+        if value is _MISSING:
+            self.ops.append({"op": op, "path": pointer(path)})
+        else:
+            self.ops.append({"op": op, "path": pointer(path), "value": value})
 
     def _child(self, parent: Any, key: str | int) -> Any:
         """``parent[key]`` (a map or list), copied into ``parent`` first unless this builder made it."""
@@ -128,19 +123,24 @@ class PatchBuilder:
 
     def set(self, path: Path, value: Any) -> bool:
         """Set ``path`` to ``value``, creating missing parent maps; False when already equal."""
-        parent = _look(self.doc, path[:-1])  # look first: an equal value costs no copy
-        if not isinstance(parent, (dict, list)):
+        parents = path[:-1]
+        parent = _look(self.doc, parents)  # look first: an equal value costs no copy
+        last = path[-1]
+        if isinstance(parent, dict):
+            old = parent.get(last, _MISSING)
+            if old is _MISSING:
+                op = "add"
+            elif old == value and type(old) is type(value):
+                return False
+            else:
+                op = "replace"
+        elif isinstance(parent, list):
+            op = "replace"
+        else:
             self._parents(path, value)
             return True
-        last = path[-1]
-        if isinstance(parent, dict) and last not in parent:
-            op = "add"
-        elif isinstance(parent, dict) and parent[last] == value and type(parent[last]) is type(value):
-            return False
-        else:
-            op = "replace"
-        self._writable(path[:-1])[last] = value
-        self._record(op, path, value)
+        self._writable(parents)[last] = value
+        self.ops.append({"op": op, "path": pointer(path), "value": value})
         return True
 
     def _parents(self, path: Path, value: Any) -> None:

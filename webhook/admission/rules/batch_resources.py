@@ -113,14 +113,9 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceLis
     notes = cpu_notes(lists, owners, cpu_name)
     where = [_owner(spec, path) for path, _new, _done in changes]
     for path, new, _done in changes:
-        # One explicit op per converted ResourceList (the whole list replaced): the same change as
-        # remove-cpu/add-batch-cpu pairs, in a quarter of the ops.
-        if path[-1] == "overhead":
-            ctx.patch.set(path, new)
-        else:
-            for kind in ("requests", "limits"):
-                if kind in new:
-                    ctx.patch.set((*path, kind), new[kind])
+        # One explicit op per converted container (its whole resources replaced) or overhead: the same
+        # change as remove-cpu/add-batch-cpu pairs, in an eighth of the ops.
+        ctx.patch.set(path, new)
     qos = BAND_QOS_CLASS.get(band)
     set_qos = qos is not None and not states_qos_class(ctx.pod)
     if set_qos:
