@@ -18,7 +18,13 @@ their request headers one byte a second: how long the server keeps them, and /he
 Targets: peak RSS well under the manifests' 256 MiB limit, RSS after within 10 % of idle, /healthz p99 <= 50 ms,
 every ordinary review answered within the apiserver's 3 s timeout.
 
+--namespaces N runs the server on a large cluster instead of the embedded example: `--kubeconfig` to a local API
+server holding N namespaces, N/2 ResourceQuotas, 1 000 profiles and 206 PriorityClasses (bench/state_memory.py's
+objects). --memory-limit sets the server's memory cgroup limit (the Deployment's `limits.memory`): the kernel
+enforces it, and the server's own guard reads it (issue 17: peak <= 75 % of the limit, at 10 000 namespaces).
+
     python bench/hostile_load.py [--tree DIR] [--burst 8] [--rounds 3] [--slow 200] [--kinds hostile,at-the-caps]
+                                 [--namespaces 10000] [--memory-limit 256Mi]
 """
 
 from __future__ import annotations
@@ -41,7 +47,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.state_memory import cluster  # noqa: E402
 from bench.webhook_load import DEFAULT_REVIEW, free_port, pinned, stop_server, wait_ready  # noqa: E402
+from webhook.core.quantity import parse_quantity  # noqa: E402
 
 APISERVER_TIMEOUT = 3.0  # the manifests' timeoutSeconds
 
@@ -162,6 +170,18 @@ class Memory:
         if self.path is not None:
             return int((self.path / "memory.usage_in_bytes").read_text()) // 1024
         return sum(rss_kib(p) for p in [pid, *children(pid)])
+
+    def limit(self, size: int) -> None:
+        """The cgroup's memory limit in bytes, as the pod's ``limits.memory`` sets it."""
+        if self.path is not None:
+            (self.path / "memory.limit_in_bytes").write_text(str(size))
+
+    def oom_kills(self) -> int:
+        """How often the kernel killed a process of the cgroup for its limit."""
+        if self.path is None:
+            return 0
+        text = (self.path / "memory.oom_control").read_text()
+        return next((int(line.split()[1]) for line in text.splitlines() if line.startswith("oom_kill ")), 0)
 
     def reset_peak(self) -> None:
         if self.path is not None:
@@ -292,7 +312,8 @@ async def slow_clients(port: int, ctx: ssl.SSLContext, n: int, cap: float = 30.0
 
 
 @contextlib.contextmanager
-def server(tree: Path, work: Path, memory: Memory | None = None) -> Iterator[tuple[int, int, Path]]:
+def server(tree: Path, work: Path, memory: Memory | None = None,
+           kubeconfig: Path | None = None) -> Iterator[tuple[int, int, Path]]:
     sys.path.insert(0, str(ROOT))
     from webhook.tls.certs import ensure_localhost
 
@@ -305,12 +326,15 @@ def server(tree: Path, work: Path, memory: Memory | None = None) -> Iterator[tup
                            capture_output=True, text=True).stdout
     if "--metrics-port" in usage:
         cmd += ["--metrics-port", str(free_port()), "--log-level", "warning"]
+    if kubeconfig is not None:
+        cmd += ["--kubeconfig", str(kubeconfig)]
     log = open(os.environ.get("SERVE_LOG", work / "serve.log"), "w")  # noqa: SIM115  # closed below
     proc = subprocess.Popen(pinned(cmd, "0"), cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=log,
                             preexec_fn=memory.join if memory is not None else None)
     try:
         try:
-            wait_ready(f"https://localhost:{port}", certs.ca_cert)
+            # with a cluster to list: /readyz, so the reviews below are answered from the whole state
+            wait_ready(f"https://localhost:{port}", certs.ca_cert, 120, "/readyz" if kubeconfig else "/healthz")
         except SystemExit:
             log.flush()
             print((work / "serve.log").read_text()[-2000:], file=sys.stderr)
@@ -328,18 +352,32 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--slow", type=int, default=200, help="slow clients (0 to skip)")
     ap.add_argument("--kinds", default="hostile,at-the-caps")
+    ap.add_argument("--namespaces", type=int, default=0, help="a cluster of this size through --kubeconfig")
+    ap.add_argument("--memory-limit", default="", help="the server's memory cgroup limit, e.g. 256Mi")
     args = ap.parse_args()
+    limit = int(parse_quantity(args.memory_limit)) if args.memory_limit else 0
     with contextlib.suppress(OSError):
         os.sched_setaffinity(0, {1})  # the clients on CPU 1, the server on CPU 0
     print(f"server: {args.tree.resolve()} (pinned to CPU 0); clients pinned to CPU 1")
     for kind in args.kinds.split(","):
         memory = Memory()
+        if limit:
+            memory.limit(limit)
         if kind == args.kinds.split(",")[0]:
-            print(f"memory: {memory.describe()}")
+            print(f"memory: {memory.describe()}" + (f", limit {args.memory_limit}" if limit else ""))
+            if args.namespaces:
+                print(f"cluster: {args.namespaces} namespaces, {args.namespaces // 2} quotas, 1000 profiles, "
+                      "206 PriorityClasses (--kubeconfig to a local API server)")
         try:
-            with tempfile.TemporaryDirectory() as tmp, server(args.tree, Path(tmp), memory) as (port, pid, ca):
+            with contextlib.ExitStack() as stack:
+                tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+                config = stack.enter_context(cluster(tmp, args.namespaces)) if args.namespaces else None
+                port, pid, ca = stack.enter_context(server(args.tree, tmp, memory, config))
                 ctx = ssl.create_default_context(cafile=str(ca))
                 asyncio.run(burst_run(port, ctx, pid, memory, kind, args.burst, args.rounds))
+                if limit:
+                    print(f"  peak {memory.peak_kib() or 0:.0f} KiB is {(memory.peak_kib() or 0) * 1024 / limit:.0%} "
+                          f"of the limit; OOM kills: {memory.oom_kills()}")
         finally:
             memory.remove()
     if args.slow:

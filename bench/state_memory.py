@@ -14,6 +14,7 @@ Quotas are half the namespaces. Bounded: one `serve` per size, stopped when meas
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +112,10 @@ def kubeconfig(folder: Path, url: str) -> Path:
     return path
 
 
-def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
-    """(seconds until ready, resident MiB once quiet)."""
-    with tempfile.TemporaryDirectory() as tmp, ReplayAPIServer() as api:
+@contextlib.contextmanager
+def cluster(folder: Path, n_ns: int, n_profiles: int = 1000, n_classes: int = 206) -> Iterator[Path]:
+    """A local API server holding a cluster of that size (quotas in half the namespaces); its kubeconfig."""
+    with ReplayAPIServer() as api:
         data = {"/apis/scheduling.k8s.io/v1/priorityclasses": classes(n_classes),
                 "/api/v1/namespaces": namespaces(n_ns), "/api/v1/resourcequotas": quotas(n_ns // 2, n_ns),
                 "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles": profiles(n_profiles),
@@ -120,10 +123,16 @@ def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
         for path, items in data.items():
             api.add_handler("GET", path, paginated(path, items), watch=False)
             api.add_watch(path, [])
+        yield kubeconfig(folder, api.url)
+
+
+def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
+    """(seconds until ready, resident MiB once quiet)."""
+    with tempfile.TemporaryDirectory() as tmp, cluster(Path(tmp), n_ns, n_profiles, n_classes) as config:
         port = free_port()
         cmd = [sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
                "--metrics-port", "0", "--cert-dir", str(Path(tmp) / "certs"), "--drain-delay", "0",
-               "--kubeconfig", str(kubeconfig(Path(tmp), api.url))]
+               "--kubeconfig", str(config)]
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -14,7 +14,7 @@ from tests.kernel import real_cgroup_root, v1_unavailable_reason
 from tests.serving import run_server
 from tests.test_edge_limits import REVIEW, big_review
 from webhook.admission.asgi import EdgePolicy
-from webhook.admission.domain.memory_budget import MIB, memory_refusal
+from webhook.admission.domain.memory_budget import MIB, SHARE, burst_cost, memory_refusal
 from webhook.admission.memory import MemoryCgroup, this_process
 from webhook.cluster.state import ClusterState
 
@@ -22,11 +22,26 @@ LIMIT = 256 * MIB
 
 
 def test_the_budget() -> None:
-    assert memory_refusal(60 * MIB, LIMIT, 3 * MIB) is None                  # idle: a 3 MB review fits
-    assert memory_refusal(180 * MIB, LIMIT, 64 * 1024) is None               # a small large one still does
-    why = memory_refusal(180 * MIB, LIMIT, 3 * MIB)                          # 180 + 18 > 192 (75 %)
+    assert memory_refusal(60 * MIB, LIMIT, 3 * MIB) is None                  # idle: 3 MB held, one decoded: 69 MiB
+    assert memory_refusal(180 * MIB, LIMIT, 64 * 1024) is None               # a small large one still fits
+    why = memory_refusal(180 * MIB, LIMIT, 3 * MIB)                          # 180 + 69 > 192 (75 %)
     assert why == ("the pod uses 180 MiB of its 256 MiB memory limit, and a review of 3145728 bytes needs about "
-                   "18 MiB more, past 75% of the limit")
+                   "69 MiB more, past 75% of the limit")
+
+
+def test_a_burst_is_counted_as_a_whole() -> None:
+    # The usage read as each review arrives lags behind the ones let in: they count on top of it.
+    assert burst_cost([]) == 0
+    assert burst_cost([3 * MIB, MIB]) == 3 * 4 * MIB + 20 * 3 * MIB         # every body held, the largest decoded
+    admitted: list[int] = []
+    while memory_refusal(110 * MIB, LIMIT, 3 * MIB, admitted) is None:     # idle at 10 000 namespaces
+        admitted.append(3 * MIB)
+    assert len(admitted) == 2                                               # 110 + 9 * 2 + 60 = 188 <= 192
+    assert burst_cost(admitted) + 110 * MIB <= LIMIT * SHARE
+    why = memory_refusal(110 * MIB, LIMIT, 3 * MIB, admitted)
+    assert why is not None and "2 large review(s) in flight will take about 78 MiB more" in why
+    # A smaller review than the one decoding adds only its body.
+    assert memory_refusal(110 * MIB, LIMIT, MIB, admitted) is None
 
 
 def _tree(tmp: Path, cgroup_line: str, files: dict[str, str]) -> tuple[Path, Path]:

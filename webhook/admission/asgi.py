@@ -140,6 +140,7 @@ class ReviewDispatcher:
         self.policy = policy or EdgePolicy()
         self.in_flight = 0
         self.large_in_flight = 0
+        self._large_sizes: list[int] = []   # the body sizes of the large reviews in flight, for the memory budget
         self._worker: ThreadPoolExecutor | None = None
         self._forked: ForkedWorker | None = None
         self._trim = _malloc_trim()
@@ -174,10 +175,13 @@ class ReviewDispatcher:
         large = length is not None and length > policy.large_body_bytes
         if large and self.large_in_flight >= policy.max_large_in_flight:
             return await _send(send, self._large_busy())
-        if large and length is not None and (why := _short_of_memory(policy, length)) is not None:
+        if large and length is not None and (why := self._short_of_memory(length)) is not None:
             return await _send(send, _busy(why))
         self.in_flight += 1
         self.large_in_flight += large
+        size = length if large and length is not None else 0
+        if large:
+            self._large_sizes.append(size)
         try:
             body = await read_body(scope["headers"], receive)
             if body is None:
@@ -187,8 +191,11 @@ class ReviewDispatcher:
             if not large and len(body) > policy.large_body_bytes:  # no Content-Length: known only now
                 if self.large_in_flight >= policy.max_large_in_flight:
                     return await _send(send, self._large_busy())
-                large = True
+                if (why := self._short_of_memory(len(body))) is not None:  # held already; its decoding is not
+                    return await _send(send, _busy(why))
+                large, size = True, len(body)
                 self.large_in_flight += 1
+                self._large_sizes.append(size)
             if not large:
                 return await _send(send, self.service.answer(endpoint, body))
             return await _send(send, await self._answer_in_worker(endpoint, body))
@@ -196,8 +203,16 @@ class ReviewDispatcher:
             self.in_flight -= 1
             if large:
                 self.large_in_flight -= 1
+                self._large_sizes.remove(size)
                 if self.large_in_flight == 0:  # the burst is over: give back the memory it took
                     asyncio.get_running_loop().run_in_executor(self._executor(), self._end_burst)
+
+    def _short_of_memory(self, body_bytes: int) -> str | None:
+        """Why a large review must wait for memory (the pod's cgroup read now, and the large reviews let in), or
+        None."""
+        memory = self.policy.memory
+        reading = memory.read() if memory is not None else None
+        return memory_refusal(*reading, body_bytes, self._large_sizes) if reading is not None else None
 
     def _large_busy(self) -> Answer:
         return _busy(f"{self.large_in_flight} large reviews are in flight, the limit (--max-large-in-flight)")
@@ -245,12 +260,6 @@ async def _send(send: Send, answer: Answer) -> int:
     await send({"type": "http.response.start", "status": answer.status, "headers": headers})
     await send({"type": "http.response.body", "body": answer.body})
     return answer.status
-
-
-def _short_of_memory(policy: EdgePolicy, body_bytes: int) -> str | None:
-    """Why a large review must wait for memory (the pod's cgroup read now), or None."""
-    reading = policy.memory.read() if policy.memory is not None else None
-    return memory_refusal(*reading, body_bytes) if reading is not None else None
 
 
 def _busy(why: str) -> Answer:
