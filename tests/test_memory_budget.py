@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -12,7 +13,7 @@ import pytest
 from tests.conftest import load_fixture
 from tests.kernel import real_cgroup_root, v1_unavailable_reason
 from tests.serving import run_server
-from tests.test_edge_limits import REVIEW, big_review
+from tests.test_edge_limits import REVIEW, big_review, head, read_response, tls
 from webhook.admission.asgi import EdgePolicy
 from webhook.admission.domain.memory_budget import MIB, SHARE, burst_cost, memory_refusal
 from webhook.admission.memory import MemoryCgroup, this_process
@@ -107,3 +108,24 @@ def test_a_large_review_waits_for_memory_over_real_tls(tmp_path: Path, example_s
         assert c.post("/mutate", content=small).status_code == 200      # small reviews are not held up
         usage.write_text(f"{80 * MIB}\n")            # memory came back
         assert c.post("/mutate", content=large, headers={"content-type": "application/json"}).status_code == 200
+
+
+def test_a_large_review_in_flight_counts_against_the_next_over_real_tls(tmp_path: Path, example_state: ClusterState,
+                                                                         cert_dir: Path) -> None:
+    usage, limit = tmp_path / "memory.current", tmp_path / "memory.max"
+    limit.write_text(f"{LIMIT}\n")
+    usage.write_text(f"{120 * MIB}\n")            # one 1 MB review fits (120 + 23), two do not once counted together
+    policy = EdgePolicy(memory=MemoryCgroup(usage, limit))
+    large = json.dumps(big_review(1024 * 1024)).encode()
+    with run_server(example_state, cert_dir, policy=policy) as srv, srv.client() as c:
+        held = tls(srv)
+        held.sendall(head("/mutate", len(large)) + large[:1000])   # let in; its body still coming, usage unchanged
+        time.sleep(0.3)
+        usage.write_text(f"{167 * MIB}\n")
+        refused = c.post("/mutate", content=large)                 # 167 + 23 alone fits under 192, + 3 held not
+        assert refused.status_code == 429                          # ... but not with the one in flight
+        assert "1 large review(s) in flight will take about" in refused.json()["error"]
+        held.sendall(large[1000:])
+        assert read_response(held)[0] == 200
+        held.close()
+        assert c.post("/mutate", content=large).status_code == 200  # alone again: it fits
