@@ -13,7 +13,6 @@ about 0.5 ms per pod and we only ever want dicts. Nothing here runs on the admis
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import random
 import socket
@@ -121,24 +120,37 @@ def _client_configuration(kubeconfig: str | None) -> k8s.Configuration:
     return cfg
 
 
-def _list_function(api: k8s.ApiClient, kind: Kind, namespace: str | None) -> Callable[..., Any]:
-    """The official client's list/watch call for a kind (cluster-wide; ConfigMaps in ``namespace``)."""
-    core = k8s.CoreV1Api(api)
-    if kind.kind == "ConfigMap" and namespace is not None:
-        return functools.partial(core.list_namespaced_config_map, namespace)
-    table: dict[str, Callable[..., Any]] = {
-        "PriorityClass": k8s.SchedulingV1Api(api).list_priority_class,
-        "Namespace": core.list_namespace,
-        "ResourceQuota": core.list_resource_quota_for_all_namespaces,
-        "ConfigMap": core.list_config_map_for_all_namespaces,
-        "Node": core.list_node,
-        "Pod": core.list_pod_for_all_namespaces,
-    }
-    if kind.kind in table:
-        return table[kind.kind]
-    # Custom resources (ClusterColocationProfile) have no typed method; the generic one serves them.
-    return functools.partial(k8s.CustomObjectsApi(api).list_cluster_custom_object, kind.group, kind.version,
-                             kind.plural)
+# The list/watch query parameters the reflectors pass, by the names the apiserver reads.
+_QUERY = {"limit": "limit", "_continue": "continue", "field_selector": "fieldSelector", "watch": "watch",
+          "allow_watch_bookmarks": "allowWatchBookmarks", "resource_version": "resourceVersion",
+          "timeout_seconds": "timeoutSeconds"}
+
+
+def resource_path(kind: Kind, namespace: str | None) -> str:
+    """The collection's REST path: cluster-wide, or in ``namespace`` (the ConfigMap)."""
+    base = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+    return f"{base}/namespaces/{namespace}/{kind.plural}" if namespace is not None else f"{base}/{kind.plural}"
+
+
+def _list_function(api: k8s.ApiClient, kind: Kind, namespace: str | None) -> Callable[..., urllib3.HTTPResponse]:
+    """A raw list/watch call for a kind, through the official client's REST layer (its auth, TLS and pool).
+
+    Not the typed ``CoreV1Api`` methods: their classes validate every call with pydantic and cost about 11 MiB of
+    memory for the three methods used here (bench/state_memory.py), and the reflectors read the body raw anyway."""
+    path = resource_path(kind, namespace)
+
+    def call(_request_timeout: tuple[float, float], **query: Any) -> urllib3.HTTPResponse:
+        params = [(_QUERY[k], v) for k, v in query.items() if v is not None]
+        request = api.param_serialize(method="GET", resource_path=path, query_params=params,
+                                      header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
+        response = api.call_api(*request, _request_timeout=_request_timeout)
+        if not 200 <= response.status <= 299:   # as the typed methods do without preloading
+            response.read()  # type: ignore[no-untyped-call]  # the client is untyped
+            raise ApiException.from_response(http_resp=response, body=None, data=None)
+        raw: urllib3.HTTPResponse = response.response
+        return raw
+
+    return call
 
 
 def _status_message(exc: ApiException) -> str:
@@ -287,9 +299,7 @@ class _Reflector:
 
     def _open(self, read_timeout: float, **kw: Any) -> urllib3.HTTPResponse:
         try:
-            response: urllib3.HTTPResponse = self.call(
-                _preload_content=False, _request_timeout=(_CONNECT_TIMEOUT, read_timeout), **self._query(), **kw)
-            return response
+            return self.call(_request_timeout=(_CONNECT_TIMEOUT, read_timeout), **self._query(), **kw)
         except ApiException as exc:
             if exc.status == 410:
                 raise _Expired(_status_message(exc)) from None
