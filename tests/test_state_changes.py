@@ -124,7 +124,7 @@ def test_what_the_state_holds_of_an_object_is_what_is_read() -> None:
     ns = kept("Namespace", {"apiVersion": "v1", "kind": "Namespace", "metadata": meta,
                             "spec": {"finalizers": ["kubernetes"]}, "status": {"phase": "Active"}})
     assert ns == {"apiVersion": "v1", "kind": "Namespace", "metadata": {
-        "name": "x", "namespace": "n", "resourceVersion": "7", "uid": "u", "labels": {"team": "red"},
+        "name": "x", "namespace": "n", "labels": {"team": "red"},
         "annotations": {"config.koordinator.sh/skip-update-resources": ""}}}
     quota = kept("ResourceQuota", {"kind": "ResourceQuota", "metadata": meta, "spec": {"hard": {"pods": "1"}},
                                    "status": {"hard": {"pods": "1"}, "used": {"pods": "0"}}})
@@ -137,3 +137,32 @@ def test_what_the_state_holds_of_an_object_is_what_is_read() -> None:
     assert profile["spec"] == {"qosClass": "BE"} and "status" not in profile
     pod = kept("Pod", {"kind": "Pod", "metadata": meta, "spec": {"nodeName": "n1"}, "status": {"phase": "Running"}})
     assert pod["status"] == {"phase": "Running"} and "managedFields" not in pod["metadata"]
+    assert pod["metadata"]["uid"] == "u"    # the agent evicts by uid
+
+
+def test_repeated_strings_are_held_once() -> None:
+    """At 10 000 namespaces and 5 000 quotas, label values and quota amounts repeat: one string each, and a quota's
+    status.hard that equals its spec.hard is the same map."""
+    from webhook.cluster.state import kept
+
+    def namespace(i: int) -> dict:  # type: ignore[type-arg]
+        name = "".join(["ns-", str(i)])   # built, as a decoder builds each object's strings anew
+        return kept("Namespace", {"kind": "Namespace", "metadata": {
+            "name": name, "labels": {"kubernetes.io/metadata.name": "".join(["ns-", str(i)]),
+                                     "team": "".join(["t", str(i % 2)])}}})
+
+    def quota(namespace: str, hard: dict) -> dict:  # type: ignore[type-arg]
+        return kept("ResourceQuota", {"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": namespace},
+                                      "spec": {"hard": dict(hard)}, "status": {"hard": dict(hard), "used": {}}})
+
+    a, b = namespace(1), namespace(3)
+    assert a["metadata"]["labels"]["team"] is b["metadata"]["labels"]["team"]
+    assert a["metadata"]["name"] is a["metadata"]["labels"]["kubernetes.io/metadata.name"]
+    cpu = "".join(["6", "4"])
+    q1, q2 = quota("".join(["ns-", "1"]), {"requests.cpu": cpu}), quota("ns-3", {"requests.cpu": "".join(["6", "4"])})
+    assert q1["status"]["hard"] is q1["spec"]["hard"] == {"requests.cpu": "64"}
+    assert q1["spec"]["hard"]["requests.cpu"] is q2["spec"]["hard"]["requests.cpu"]
+    assert q1["metadata"]["namespace"] is a["metadata"]["name"]
+    moved = kept("ResourceQuota", {"kind": "ResourceQuota", "metadata": {"name": "q"}, "spec": {"hard": {"pods": "2"}},
+                                   "status": {"hard": {"pods": "1"}}})   # the controller has not caught up yet
+    assert moved["status"] == {"hard": {"pods": "1"}} and moved["spec"] == {"hard": {"pods": "2"}}
