@@ -111,6 +111,7 @@ def test_every_readme_command_works_as_written(clone: Path) -> None:
         assert '"patchType":"JSONPatch"' in text, "the recorded review gets a patch from /mutate"
         assert 'controller_runtime_webhook_requests_total{code="200",webhook="/mutate"} 1.0' in text
         assert "kubernetes.io/batch-cpu" in text, "review converts the example pod's cpu to batch-cpu"
+        assert re.search(r"colo-demo +pod/batch-worker +- +changed", text) and "exit 1" in text, "audit finds it"
     finally:
         server.send_signal(signal.SIGTERM)  # the drain begins; a second signal ends it (a person's Ctrl-C)
         time.sleep(0.2)

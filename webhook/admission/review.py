@@ -7,6 +7,7 @@ dict for speed. Encoding is done with orjson.
 from __future__ import annotations
 
 import base64
+import uuid
 from typing import Any, Literal
 
 import orjson
@@ -138,3 +139,18 @@ def encode_response(api_version: str, uid: str, decision: Decision, patch_json: 
     if decision.audit_annotations:
         response["auditAnnotations"] = dict(decision.audit_annotations)
     return orjson.dumps({"apiVersion": api_version, "kind": "AdmissionReview", "response": response})
+
+
+def pod_review(pod: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None,
+               username: str = "colocation-webhook-review") -> dict[str, Any]:
+    """The dry-run v1 AdmissionReview the apiserver would send for ``pod`` (the offline commands' input)."""
+    meta = pod.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    pods = {"group": "", "version": "v1", "resource": "pods"}
+    kind = {"group": "", "version": "v1", "kind": "Pod"}
+    request = {
+        "uid": str(uuid.uuid4()), "kind": kind, "resource": pods, "requestKind": kind, "requestResource": pods,
+        "name": meta.get("name") or "", "namespace": meta.get("namespace") or "default", "operation": operation,
+        "userInfo": {"username": username}, "object": pod, "oldObject": old, "dryRun": True,
+    }
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}

@@ -6,7 +6,6 @@ import argparse
 import logging
 import ssl
 import sys
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +14,10 @@ import yaml
 
 from webhook.admission.asgi import EdgePolicy, ServeOptions
 from webhook.admission.context import MAX_CONTAINERS, MAX_PATCH_BYTES, Settings
-from webhook.admission.domain.patch import apply_ops
 from webhook.admission.quota_config import QuotaConfigError, load_quota_config
-from webhook.admission.response import Decision, chain_outcome
-from webhook.admission.review import Endpoint, encode_response
-from webhook.admission.service import Answer, ReviewService
+from webhook.admission.review import encode_response, pod_review
+from webhook.admission.service import ReviewService, dry_run
+from webhook.cli import audit
 from webhook.cli.common import (
     LOG_LEVELS,
     UsageError,
@@ -186,49 +184,20 @@ def _review_of(doc: dict[str, Any], path: Path, operation: str | None, old: dict
     op = operation or ("UPDATE" if old is not None else "CREATE")
     if op == "UPDATE" and old is None:
         raise UsageError("--operation UPDATE needs --old FILE (the pod before the update)")
-    meta = doc.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    pods = {"group": "", "version": "v1", "resource": "pods"}
-    request = {
-        "uid": str(uuid.uuid4()),
-        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-        "resource": pods,
-        "requestKind": {"group": "", "version": "v1", "kind": "Pod"},
-        "requestResource": pods,
-        "name": meta.get("name") or "",
-        "namespace": meta.get("namespace") or "default",
-        "operation": op,
-        "userInfo": {"username": "colocation-webhook-review"},
-        "object": doc,
-        "oldObject": old,
-        "dryRun": True,
-    }
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    return pod_review(doc, op, old)
 
 
-def _ask(service: ReviewService, endpoint: Endpoint, review: dict[str, Any], path: Path,
-         explain: list[str] | None) -> Answer:
-    """The service's answer to ``review``, exactly as the server would give it; unusable input is exit 2."""
-    try:
-        body = orjson.dumps(review)
-    except TypeError as exc:  # YAML can hold what JSON cannot: non-text keys, integers beyond 64 bits
-        raise UsageError(f"{path}: cannot be sent as JSON: {exc}") from None
-    answer = service.answer(endpoint, body, explain)
-    if answer.decision is None:
-        raise UsageError(f"{path}: {orjson.loads(answer.body)['error']}")
-    return answer
-
-
-def _review_state(args: argparse.Namespace) -> tuple[ClusterState, Source | None]:
+def listed_state(cluster_state: Path | None, kubeconfig: str | None, in_cluster: bool,
+                 sync_timeout: float) -> tuple[ClusterState, Source | None]:
     """The embedded example state unless a folder or a cluster is asked for; a cluster is listed (every kind
-    synced) before the review, and its source is the caller's to stop."""
-    live = bool(args.kubeconfig or args.in_cluster)
-    state, source = _state(args.cluster_state, args.kubeconfig, use_in_cluster=args.in_cluster)
+    synced) before the offline commands answer, and its source is the caller's to stop."""
+    live = bool(kubeconfig or in_cluster)
+    state, source = _state(cluster_state, kubeconfig, use_in_cluster=in_cluster)
     if not live:
         return state, None
     try:
         source.start()
-        wait_synced(state, args.sync_timeout)
+        wait_synced(state, sync_timeout)
     except BaseException:
         source.stop()
         raise
@@ -241,7 +210,7 @@ def review(args: argparse.Namespace) -> int:
     settings = _settings(args)
     old = _load_document(args.old, "--old") if args.old else None
     doc = _load_document(args.file, "FILE")
-    state, source = _review_state(args)
+    state, source = listed_state(args.cluster_state, args.kubeconfig, args.in_cluster, args.sync_timeout)
     try:
         return _review(args, settings, state, doc, old)
     finally:
@@ -254,19 +223,14 @@ def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, d
     review = _review_of(doc, args.file, args.operation, old)
     service = ReviewService(state, settings)
     explain: list[str] | None = [] if args.explain else None
-    first = _ask(service, "mutate", review, args.file, explain)
-    mutation = first.decision
-    assert mutation is not None
-    final = review["request"].get("object")
-    validation = Decision()
-    if mutation.allowed and isinstance(final, dict):
-        final = apply_ops(orjson.loads(orjson.dumps(final)), mutation.patch)
-        review["request"]["object"] = final
-        validation = _ask(service, "validate", review, args.file, explain).decision or validation
+    run = dry_run(service, review, explain)
+    if run.problem:
+        raise UsageError(f"{args.file}: {run.problem}")
+    first, mutation, final = run.mutating, run.mutation, run.final
     if explain is not None:
         print("\n".join(explain) or "no rule handled this request", file=sys.stderr)
         print(f"patch: {orjson.dumps(mutation.patch).decode()}", file=sys.stderr)
-    outcome = chain_outcome(mutation, validation)
+    outcome = run.outcome
     if args.output == "review":
         answer = orjson.loads(encode_response(first.api_version, first.uid, outcome))
         sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
@@ -334,7 +298,8 @@ def certs_bootstrap(args: argparse.Namespace) -> int:
 DESCRIPTION = "colocation-webhook: the admission webhook for colocated clusters."
 EXIT_CODES = {
     0: "done; review: the pod is admitted",
-    1: "review: the pod is denied (the reason on stderr); certs bootstrap: an API request failed (a Job retries)",
+    1: "review: the pod is denied (the reason on stderr); audit: an object the rules would change or deny; "
+       "certs bootstrap: an API request failed (a Job retries)",
     2: "unusable input: a flag, a file, a certificate, a kubeconfig, a port in use (one line on stderr names it)",
     130: "interrupted (Ctrl-C) before the work was done",
     141: "stdout closed by its reader before all was written (| head)",
@@ -426,6 +391,8 @@ def parser() -> argparse.ArgumentParser:
                    help="the admitted pod as YAML or JSON, the mutating JSONPatch, or the AdmissionReview answer")
     r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted (stderr)")
     r.set_defaults(func=review)
+
+    audit.add_parser(sub, EXIT_CODES, _review_settings)
 
     c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service",
                        description="Make or read the serving certificate and CA for an in-cluster install.")

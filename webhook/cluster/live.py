@@ -43,7 +43,7 @@ from webhook.cluster.state import (
 )
 from webhook.cluster.strict import CUSTOM_KINDS, check
 
-__all__ = ["KindStatus", "LiveSource", "LiveSourceError"]
+__all__ = ["KindStatus", "LiveSource", "LiveSourceError", "api_client", "paginated"]
 
 log = logging.getLogger(__name__)
 
@@ -123,7 +123,7 @@ def _client_configuration(kubeconfig: str | None) -> k8s.Configuration:
 # The list/watch query parameters the reflectors pass, by the names the apiserver reads.
 _QUERY = {"limit": "limit", "_continue": "continue", "field_selector": "fieldSelector", "watch": "watch",
           "allow_watch_bookmarks": "allowWatchBookmarks", "resource_version": "resourceVersion",
-          "timeout_seconds": "timeoutSeconds"}
+          "timeout_seconds": "timeoutSeconds", "label_selector": "labelSelector"}
 
 
 def resource_path(kind: Kind, namespace: str | None) -> str:
@@ -151,6 +151,53 @@ def _list_function(api: k8s.ApiClient, kind: Kind, namespace: str | None) -> Cal
         return raw
 
     return call
+
+
+def api_client(kubeconfig: str | None, agent: str) -> k8s.ApiClient:
+    """A client for ``kubeconfig`` (None: the in-cluster ServiceAccount); LiveSourceError when unusable."""
+    client = k8s.ApiClient(_client_configuration(kubeconfig))
+    client.user_agent = agent
+    return client
+
+
+def paginated(api: k8s.ApiClient, kind: Kind, namespace: str | None = None, label_selector: str | None = None,
+              page_size: int = 500) -> Iterator[dict[str, Any]]:
+    """Every object of ``kind``, one at a time, read a page (``limit``/``continue``) at a time: a pass over a
+    large cluster never holds more than one page. Each object gets its ``kind`` and ``apiVersion`` back.
+    LiveSourceError names what went wrong (an error status, an unreachable server, a continue token that expired
+    part-way: the objects already given cannot be taken back, so the pass fails rather than start over)."""
+    call = _list_function(api, kind, namespace)
+    host = api.configuration.host
+    cont: str | None = None
+    given = 0
+    while True:
+        try:
+            resp = call(_request_timeout=(_CONNECT_TIMEOUT, _LIST_READ_TIMEOUT), limit=page_size, _continue=cont,
+                        label_selector=label_selector or None)
+            try:
+                body = orjson.loads(resp.data)
+            finally:
+                resp.release_conn()
+        except ApiException as exc:
+            if exc.status == 410 and cont:
+                raise LiveSourceError(f"listing {kind.plural}: the list changed too much to go on after {given} "
+                                      f"objects ({_status_message(exc)}); run again") from None
+            raise LiveSourceError(f"listing {kind.plural}: {_describe(exc, host)}") from None
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise LiveSourceError(f"listing {kind.plural}: {_describe(exc, host)}") from None
+        except orjson.JSONDecodeError as exc:
+            raise LiveSourceError(f"listing {kind.plural}: the API server's answer is not JSON: {exc}") from None
+        items = body.get("items") or [] if isinstance(body, dict) else []
+        cont = ((body.get("metadata") or {}).get("continue") or None) if isinstance(body, dict) else None
+        del body
+        for obj in items:
+            if isinstance(obj, dict):
+                obj["kind"], obj["apiVersion"] = kind.kind, kind.api_version
+            given += 1
+            yield obj
+        del items
+        if not cont:
+            return
 
 
 def _status_message(exc: ApiException) -> str:

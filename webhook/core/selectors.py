@@ -5,6 +5,7 @@ Hand-written: no maintained PyPI package evaluates Kubernetes selectors. Pure an
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -146,3 +147,34 @@ def describe_selector(selector: Any) -> str:
         parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
                       "Exists": f"{key}", "DoesNotExist": f"!{key}"}.get(op, f"{key} {op} ({values})"))
     return ",".join(parts)
+
+
+_REQUIREMENT = re.compile(
+    r"\s*(?:(?P<not>!)\s*(?P<absent>[^\s,!=()]+)"
+    r"|(?P<key>[^\s,!=()]+)\s*(?:(?P<op>==|=|!=)\s*(?P<value>[^\s,!=()]*)"
+    r"|\s+(?P<set>in|notin)\s*\(\s*(?P<values>[^()]*)\)|(?=\s*(?:,|$))))\s*(?:,|$)")
+
+
+def parse_selector(text: str) -> dict[str, Any]:
+    """kubectl's ``-l`` syntax (``app=web,tier in (a,b),!canary,env!=dev``) as a LabelSelector; SelectorError
+    naming the part it cannot read."""
+    exprs: list[dict[str, Any]] = []
+    pos, text = 0, text.strip()
+    while pos < len(text):
+        m = _REQUIREMENT.match(text, pos)
+        if m is None or m.end() == pos:
+            raise SelectorError(f"cannot read the selector at {text[pos:]!r}: expected key, !key, key=value, "
+                                "key!=value, key in (a,b) or key notin (a,b)")
+        pos = m.end()
+        if m["absent"]:
+            exprs.append({"key": m["absent"], "operator": "DoesNotExist"})
+        elif m["op"]:
+            exprs.append({"key": m["key"], "operator": "NotIn" if m["op"] == "!=" else "In", "values": [m["value"]]})
+        elif m["set"]:
+            values = [v.strip() for v in m["values"].split(",") if v.strip()]
+            exprs.append({"key": m["key"], "operator": "In" if m["set"] == "in" else "NotIn", "values": values})
+        else:
+            exprs.append({"key": m["key"], "operator": "Exists"})
+    selector = {"matchExpressions": exprs}
+    validate_selector(selector, "selector")
+    return selector

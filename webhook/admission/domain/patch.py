@@ -217,15 +217,29 @@ def _unescape(token: str) -> str:
 
 
 def apply_ops(doc: Any, ops: list[dict[str, Any]]) -> Any:
-    """Apply add/replace/remove ops (the only ones PatchBuilder emits) to ``doc`` in place."""
+    """``doc`` with add/replace/remove ops applied (the only ones PatchBuilder emits), ``doc`` left as it was:
+    each map and list on an op's path is copied once, everything else is shared with ``doc``."""
+    copied: set[int] = set()
+
+    def own(container: Any) -> Any:
+        mine = container.copy()
+        copied.add(id(mine))
+        return mine
+
     for op in ops:
         tokens = [_unescape(t) for t in op["path"].split("/")[1:]]
         if not tokens:
             doc = op["value"]
             continue
+        if id(doc) not in copied:
+            doc = own(doc)
         parent = doc
         for t in tokens[:-1]:
-            parent = parent[int(t)] if isinstance(parent, list) else parent[t]
+            key: Any = int(t) if isinstance(parent, list) else t
+            child = parent[key]
+            if id(child) not in copied:
+                child = parent[key] = own(child)
+            parent = child
         last: Any = tokens[-1]
         if isinstance(parent, list):
             last = len(parent) if last == "-" else int(last)

@@ -1,0 +1,303 @@
+"""`colocation-webhook audit`: existing pods and pod templates through the webhook's own chains.
+
+Objects are the recorded pods of a real cluster (tests/fixtures/api) and workloads built around their specs;
+files are written as kubectl writes them (indented JSON, YAML Lists, manifests); the live source is the
+replay API server answering paginated lists.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.apiserver import ReplayAPIServer, load_exchange
+from tests.test_live_source import serve_webhook_kinds, write_kubeconfig
+from webhook.audit.files import ObjectsError, objects
+from webhook.cli.webhook import main
+
+RECORDED = load_exchange("pods-list-field-selector-node")["response"]["body"]
+MIXING = 'container "main" asks for both kubernetes.io/batch-cpu and cpu: a pod uses either batch resources'
+
+
+def recorded(name: str) -> dict[str, Any]:
+    pod = copy.deepcopy(next(p for p in RECORDED["items"] if p["metadata"]["name"] == name))
+    pod["kind"], pod["apiVersion"] = "Pod", "v1"   # as kubectl prints list items
+    return pod
+
+
+def plain() -> dict[str, Any]:
+    """A pod in an unprofiled namespace, as the apiserver stored it (priority written by admission)."""
+    pod = recorded("ls-web-0")
+    pod["metadata"].update(name="plain", namespace="default", labels={"app": "web"})
+    pod["spec"].pop("priorityClassName")
+    pod["spec"].update(priority=0, preemptionPolicy="PreemptLowerPriority")
+    return pod
+
+
+def batch() -> dict[str, Any]:
+    """A pod of the profiled namespace written before the webhook ran: native cpu/memory, no class."""
+    pod = plain()
+    pod["metadata"].update(name="batch", namespace="colo-demo",
+                           labels={"app": "batch", "koordinator.sh/enable-colocation": "true"},
+                           ownerReferences=[{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "batch-7d9c",
+                                             "uid": "u", "controller": True}])
+    return pod
+
+
+def mixed() -> dict[str, Any]:
+    pod = recorded("be-batch-0")
+    pod["metadata"]["name"] = "mixed"
+    pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+    return pod
+
+
+def deployment(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    meta = pod["metadata"]
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": meta["namespace"]},
+            "spec": {"selector": {"matchLabels": meta["labels"]},
+                     "template": {"metadata": {"labels": meta["labels"]},
+                                  "spec": {k: v for k, v in pod["spec"].items() if k not in ("nodeName", "priority",
+                                                                                             "preemptionPolicy")}}}}
+
+
+def cronjob(pod: dict[str, Any], name: str) -> dict[str, Any]:
+    template = deployment(pod, name)["spec"]["template"]
+    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name, "namespace": "colo-demo"},
+            "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": template}}}}
+
+
+def kubectl_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}}
+
+
+def audit(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict[str, str]], str]:
+    code = main(["audit", "-o", "json", *args])
+    out, err = capsys.readouterr()
+    return code, [json.loads(line) for line in out.splitlines()], err
+
+
+def verdicts(found: list[dict[str, str]]) -> dict[str, tuple[str, str]]:
+    return {f"{f['kind']}/{f['name']}": (f["verdict"], f["reason"]) for f in found}
+
+
+# -- what a finding says ----------------------------------------------------------------------------------------
+def test_each_object_agrees_would_be_changed_or_would_be_denied(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    items = [plain(), batch(), mixed(), deployment(batch(), "web"), cronjob(batch(), "nightly"),
+             {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "default"}}]
+    (tmp_path / "all.json").write_text(json.dumps(kubectl_list(items), indent=4))
+    code, found, err = audit(["-f", str(tmp_path / "all.json"), "--all"], capsys)
+    assert code == 1
+    assert verdicts(found) == {
+        "Pod/plain": ("agrees", ""),
+        "Pod/batch": ("changed", "colocation-profile, batch-resources"),
+        "Pod/mixed": ("denied", "batch-mixing"),
+        "Deployment/web": ("changed", "colocation-profile, batch-resources"),
+        "CronJob/nightly": ("changed", "colocation-profile, batch-resources"),
+    }   # the Service has no pod: not audited
+    by_name = {f["name"]: f for f in found}
+    assert by_name["batch"]["owner"] == "ReplicaSet/batch-7d9c"
+    assert by_name["batch"]["detail"] == ("colocation profile colocation-profile-example applied: QoS BE, "
+                                          "priorityClassName koord-batch; converted cpu/memory to "
+                                          "batch-cpu/batch-memory in 1 place(s) (koord-batch 5000)")
+    assert by_name["mixed"]["detail"].startswith(MIXING)
+    assert "audited 5 object(s): 1 agree, 3 would be changed, 1 would be denied" in err
+
+
+def test_a_pod_as_stored_agrees_though_admission_wrote_its_priority(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """spec.priority and preemptionPolicy were written by the Priority plugin: a pod that carries exactly what
+    it would be given again agrees; one whose stored priority its class no longer gives would be changed."""
+    (tmp_path / "p.json").write_text(json.dumps(kubectl_list([plain()])))
+    assert audit(["-f", str(tmp_path / "p.json")], capsys)[0] == 0
+    stale = plain()
+    stale["spec"]["priority"] = 7
+    (tmp_path / "p.json").write_text(json.dumps(kubectl_list([stale])))
+    code, found, _ = audit(["-f", str(tmp_path / "p.json")], capsys)
+    assert code == 1 and verdicts(found) == {"Pod/plain": ("changed", "priority")}
+    assert found[0]["detail"] == "add /spec/priority"
+
+
+def test_a_change_no_rule_warns_about_is_named_by_its_patch(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """A batch pod created before the webhook lacks the extended-resource-spec annotation it now writes."""
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(recorded("be-batch-0")))
+    code, found, _ = audit(["-f", str(tmp_path / "p.yaml")], capsys)
+    assert code == 1
+    assert found[0]["verdict"] == "changed" and found[0]["reason"] == "batch-resources"
+    assert found[0]["detail"] == "add /metadata/annotations (node.koordinator.sh/extended-resource-spec)"
+
+
+def test_objects_that_cannot_be_audited_are_findings_not_crashes(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    no_template = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "x"},
+                   "spec": {}}
+    no_kind = {k: v for k, v in plain().items() if k != "kind"}   # a raw API list's item
+    (tmp_path / "odd.json").write_text(json.dumps(kubectl_list([no_template, no_kind, 7])))
+    code, found, err = audit(["-f", str(tmp_path / "odd.json")], capsys)
+    assert code == 1
+    details = [f["detail"] for f in found]
+    assert details == ["no pod template at spec.template", f"{tmp_path / 'odd.json'}[item 1]: has no kind",
+                       f"{tmp_path / 'odd.json'}[item 2]: holds int, not an object"]
+    assert {f["verdict"] for f in found} == {"unusable"} and "3 could not be audited" in err
+
+
+# -- output and filters --------------------------------------------------------------------------------------------
+def test_table_summary_and_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = batch()
+    other["metadata"].update(name="other", namespace="default")
+    (tmp_path / "pods.json").write_text(json.dumps(kubectl_list([plain(), batch(), mixed(), other,
+                                                                 deployment(batch(), "web")]), indent=2))
+    f = str(tmp_path / "pods.json")
+    assert main(["audit", "-f", f]) == 1
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["NAMESPACE", "NAME", "OWNER", "VERDICT", "REASON", "DETAIL"]
+    assert [line.split()[:4] for line in table[1:]] == [
+        ["colo-demo", "pod/batch", "ReplicaSet/batch-7d9c", "changed"], ["colo-demo", "pod/mixed", "-", "denied"],
+        ["colo-demo", "deployment/web", "-", "changed"]]   # agreeing objects only with --all
+    assert main(["audit", "-f", f, "-o", "summary"]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "VERDICT   REASON                                OBJECTS",
+        "changed   colocation-profile, batch-resources   2",
+        "denied    batch-mixing                          1",
+        "agrees    -                                     2"]
+    code, found, _ = audit(["-f", f, "--kinds", "deploy"], capsys)
+    assert [x["name"] for x in found] == ["web"]
+    code, found, _ = audit(["-f", f, "-n", "default", "--all"], capsys)
+    assert code == 0 and [x["name"] for x in found] == ["plain", "other"]
+    code, found, _ = audit(["-f", f, "-l", "app in (batch),koordinator.sh/enable-colocation", "--all"], capsys)
+    assert [x["name"] for x in found] == ["batch", "other"]   # the Deployment's own labels: none
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--kinds", "pods,services"], "--kinds: unknown kind 'services'; audit reads pods, deployments"),
+    (["-l", "a=b=c"], "-l 'a=b=c': cannot read the selector at 'a=b=c'"),
+    (["-f", "/nonexistent.json"], "/nonexistent.json: cannot read: No such file or directory"),
+    ([], "name what to audit: -f FILE|DIR"),
+    (["--kubeconfig", "k"], "-f reads objects from files; --kubeconfig/--in-cluster from a cluster: choose one"),
+])
+def test_unusable_flags_and_files_exit_2_naming_them(args: list[str], message: str, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "p.json").write_text(json.dumps(plain()))
+    if "-f" not in args and args != []:
+        args = ["-f", str(tmp_path / "p.json"), *args]
+    assert main(["audit", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"items": [{"a": 1},', "bad.json: not valid JSON at character 20: Expecting value"),
+    ('{"items": [{"a": 1} {"b": 2}]}', "bad.json: not valid JSON at character 20: expected ',' or ']', found '{'"),
+    ("[1, 2]", "bad.json: holds a list of 2 items at the top level; expected objects or a List"),
+    ("kind: Pod\nmetadata: [\n", "bad.json:3: invalid YAML"),
+])
+def test_a_broken_file_is_named_with_where(text: str, message: str, tmp_path: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "bad.json").write_text(text)
+    assert main(["audit", "-f", str(tmp_path / "bad.json")]) == 2
+    assert message in capsys.readouterr().err
+
+
+# -- reading files ---------------------------------------------------------------------------------------------------
+def test_every_layout_kubectl_writes_reads_the_same(tmp_path: Path) -> None:
+    items = [plain(), batch(), mixed()]
+    layouts = {
+        "indented.json": json.dumps(kubectl_list(items), indent=4),
+        "compact.json": json.dumps(kubectl_list(items)),
+        "lines.json": "\n".join(json.dumps(i) for i in items),
+        "list.yaml": yaml.safe_dump(kubectl_list(items)),
+        "docs.yaml": "# three pods\n---\n" + "---\n".join(yaml.safe_dump(i) for i in items) + "---\n",
+    }
+    for name, text in layouts.items():
+        (tmp_path / name).write_text(text)
+        assert [o for _, o in objects([str(tmp_path / name)])] == items, name
+    folder = [o for _, o in objects([str(tmp_path)])]
+    assert folder == items * len(layouts)
+
+
+def test_an_inner_object_closing_at_the_items_indentation_is_still_read_whole(tmp_path: Path) -> None:
+    """The indented layout is cut at the first line that closes at the item's indentation; where an inner
+    object closes there too, the cut text is no whole object and the general decoder reads it."""
+    text = '{\n  "items": [\n    {\n      "kind": "Pod", "a": {\n    },\n      "b": 1\n    }\n  ]\n}\n'
+    (tmp_path / "odd.json").write_text(text)
+    assert [o for _, o in objects([str(tmp_path / "odd.json")])] == [{"kind": "Pod", "a": {}, "b": 1}]
+
+
+def _peak_reading(path: Path) -> int:
+    tracemalloc.start()
+    try:
+        for _ in objects([str(path)]):
+            pass
+        return tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+@pytest.mark.parametrize(("fmt", "small", "large"), [("json", 100, 1500), ("yaml", 20, 300)])
+def test_a_list_is_read_an_item_at_a_time(fmt: str, small: int, large: int, tmp_path: Path) -> None:
+    """Memory while reading a List does not grow with its length (15 times the items, not twice the memory)."""
+    peaks = []
+    for n in (small, large):
+        path = tmp_path / f"{n}.{fmt}"
+        data = kubectl_list([plain() for _ in range(n)])
+        path.write_text(json.dumps(data, indent=4) if fmt == "json" else yaml.safe_dump(data))
+        peaks.append(_peak_reading(path))
+    assert peaks[1] < 2 * peaks[0], peaks
+
+
+def test_a_json_sequence_item_error_names_the_file(tmp_path: Path) -> None:
+    (tmp_path / "x.json").write_text('{"kind": "Pod"}\n{"kind": ')
+    with pytest.raises(ObjectsError, match=r"x\.json: not valid JSON at character 25"):
+        list(objects([str(tmp_path / "x.json")]))
+
+
+# -- a live cluster --------------------------------------------------------------------------------------------------
+PODS = "/api/v1/pods"
+DEPLOYMENTS = "/apis/apps/v1/deployments"
+
+
+def test_a_cluster_is_read_page_by_page_with_its_own_state(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    with ReplayAPIServer(speed=20) as api:
+        serve_webhook_kinds(api)
+        # derived from the recorded pod list: its five pods in pages of two, then one Deployment
+        pages = [RECORDED["items"][0:2], RECORDED["items"][2:4], RECORDED["items"][4:]]
+        for i, page in reversed(list(enumerate(pages))):  # the first page's query matches them all: added last
+            body = {**RECORDED, "items": page, "metadata": {"resourceVersion": "332",
+                                                            **({"continue": f"page-{i + 1}"} if i < 2 else {})}}
+            api.add_json("GET", PODS, body, query={"continue": f"page-{i}"} if i else {"limit": "2"},
+                         watch=False)
+        web = deployment(batch(), "web")
+        api.add_json("GET", DEPLOYMENTS, {"kind": "DeploymentList", "apiVersion": "apps/v1",
+                                          "metadata": {"resourceVersion": "332"},
+                                          "items": [{k: v for k, v in web.items() if k not in ("kind", "apiVersion")}]},
+                     watch=False)
+        kubeconfig = write_kubeconfig(tmp_path, api.url)
+        code, found, err = audit(["--kubeconfig", str(kubeconfig), "--kinds", "pods,deployments",
+                                  "--page-size", "2", "-l", "app", "--all"], capsys)
+        pod_lists = [r.query for r in api.requests_to("GET", PODS) if "watch" not in r.query]
+        deployment_lists = [r.query for r in api.requests_to("GET", DEPLOYMENTS)]
+    assert code == 1, err
+    assert [q.get("continue") for q in pod_lists] == [None, "page-1", "page-2"]
+    assert all(q["limit"] == "2" and q["labelSelector"] == "app" for q in pod_lists + deployment_lists)
+    assert verdicts(found) == {
+        "Pod/be-batch-0": ("changed", "batch-resources"), "Pod/be-batch-1": ("changed", "batch-resources"),
+        "Pod/be-evict-ok": ("changed", "batch-resources"), "Pod/be-protected": ("changed", "batch-resources"),
+        "Pod/ls-web-0": ("agrees", ""), "Deployment/web": ("changed", "colocation-profile, batch-resources")}
+    assert "embedded example state" not in err   # the rules read the audited cluster's own state
+
+
+def test_an_api_error_while_listing_exits_2_with_the_status(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    with ReplayAPIServer(speed=20) as api:
+        serve_webhook_kinds(api)
+        api.add_exchange("priorityclasses-get-missing-404", path=PODS)   # a recorded 404 Status
+        code = main(["audit", "--kubeconfig", str(write_kubeconfig(tmp_path, api.url)), "--kinds", "po"])
+    assert code == 2
+    assert "listing pods: HTTP 404" in capsys.readouterr().err

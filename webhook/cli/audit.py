@@ -1,0 +1,194 @@
+"""`colocation-webhook audit`: which existing pods and pod templates the rules disagree with.
+
+Reads objects from files or a live cluster one at a time (a page of a paginated LIST, one List item), puts each
+through the webhook's own chains as a dry-run CREATE, and prints a finding per object. Never writes anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from webhook.admission.service import ReviewService
+from webhook.audit.files import ObjectsError, objects
+from webhook.audit.findings import AGREES, Finding, Tally, audit
+from webhook.audit.subjects import KINDS, PLURALS, Subject, kind_of, subject
+from webhook.cli.common import UsageError, exit_codes, namespace, positive
+from webhook.cli.common import seconds as _seconds
+from webhook.cluster.live import LiveSourceError, api_client, paginated
+from webhook.cluster.sources import Source, describe
+from webhook.cluster.state import ClusterState, Kind
+from webhook.core.selectors import SelectorError, compile_selector, parse_selector
+
+EXIT_DISAGREES = 1
+_GROUPS = {"Pod": ("", "v1"), "Deployment": ("apps", "v1"), "StatefulSet": ("apps", "v1"),
+           "DaemonSet": ("apps", "v1"), "ReplicaSet": ("apps", "v1"), "Job": ("batch", "v1"),
+           "CronJob": ("batch", "v1")}
+API_KINDS = {k: Kind(k, *_GROUPS[k], PLURALS[k], True) for k in KINDS}
+_BLOCK = 200  # table rows aligned together: the table streams, a block at a time, as kubectl's chunks do
+
+
+def _kinds(text: str) -> tuple[str, ...]:
+    try:
+        kinds = tuple(dict.fromkeys(kind_of(k) for k in text.split(",") if k.strip()))
+    except ValueError as exc:
+        raise UsageError(f"--kinds: {exc}") from None
+    if not kinds:
+        raise UsageError("--kinds: name at least one kind")
+    return kinds
+
+
+def _selector(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return compile_selector(parse_selector(text))
+    except SelectorError as exc:
+        raise UsageError(f"-l {text!r}: {exc}") from None
+
+
+def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any) -> Iterator[Subject]:
+    for where, obj in objects(args.filename):
+        if not isinstance(obj, dict):
+            yield Subject("", "", where, problem=f"{where}: holds {type(obj).__name__}, not an object")
+            continue
+        if not obj.get("kind"):  # a raw API list's items carry none; kubectl's output does
+            yield Subject("", "", where, problem=f"{where}: has no kind")
+            continue
+        if obj.get("kind") not in kinds:
+            continue  # Services, ConfigMaps, the cluster state's own kinds: nothing to admit
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        if args.namespace and (meta.get("namespace") or "default") != args.namespace:
+            continue
+        labels = meta.get("labels")
+        if selector is not None and not selector.matches(labels if isinstance(labels, dict) else {}):
+            continue
+        yield subject(obj)
+
+
+def _from_cluster(args: argparse.Namespace, kinds: tuple[str, ...]) -> Iterator[Subject]:
+    api = api_client(args.kubeconfig, "colocation-webhook/audit")
+    try:
+        for kind in kinds:
+            for obj in paginated(api, API_KINDS[kind], args.namespace, args.selector, args.page_size):
+                yield subject(obj, kind)
+    finally:
+        api.close()  # type: ignore[no-untyped-call]  # the client is untyped
+
+
+def _state(args: argparse.Namespace) -> tuple[ClusterState, Source | None]:
+    """The state the rules read: --cluster-state, else the audited cluster's, else the embedded example."""
+    from webhook.cli.webhook import listed_state
+    live = bool(args.kubeconfig or args.in_cluster) and args.cluster_state is None
+    if args.cluster_state is None and not live:
+        print(f"audit: cluster state: {describe(None, None)}; pass --cluster-state DIR for your cluster's",
+              file=sys.stderr)
+    return listed_state(args.cluster_state, args.kubeconfig if live else None, bool(args.in_cluster and live),
+                        args.sync_timeout)
+
+
+def _cell(text: str, width: int = 80) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+def _table(rows: list[Finding], header: bool) -> str:
+    cols = [(f.namespace, f"{f.kind.lower()}/{f.name}" if f.kind else f.name, f.owner or "-", f.verdict,
+             f.reason or "-", _cell(f.detail or "-")) for f in rows]
+    if header:
+        cols.insert(0, ("NAMESPACE", "NAME", "OWNER", "VERDICT", "REASON", "DETAIL"))
+    widths = [max(len(c[i]) for c in cols) for i in range(5)]
+    return "".join("   ".join(c[i].ljust(widths[i]) for i in range(5)) + "   " + c[5] + "\n" for c in cols)
+
+
+def _summary(tally: Tally) -> str:
+    rows = [("VERDICT", "REASON", "OBJECTS")]
+    rows += [(v, r or "-", str(n)) for (v, r), n in sorted(tally.reasons.items(), key=lambda x: (-x[1], x[0]))]
+    rows.append((AGREES, "-", str(tally.verdicts[AGREES])))
+    w0, w1 = (max(len(r[i]) for r in rows) for i in range(2))
+    return "".join(f"{a.ljust(w0)}   {b.ljust(w1)}   {c}\n" for a, b, c in rows)
+
+
+def run(args: argparse.Namespace) -> int:
+    from webhook.cli.webhook import _settings
+    if not args.filename and not (args.kubeconfig or args.in_cluster):
+        raise UsageError("name what to audit: -f FILE|DIR (kubectl get ... -o json|yaml output, manifests), "
+                         "or a cluster with --kubeconfig F or --in-cluster")
+    if args.filename and (args.kubeconfig or args.in_cluster):
+        raise UsageError("-f reads objects from files; --kubeconfig/--in-cluster from a cluster: choose one "
+                         "(--cluster-state DIR sets the state the rules read)")
+    kinds, selector = _kinds(args.kinds), _selector(args.selector)
+    settings = _settings(args)
+    logging.getLogger("webhook.admission").setLevel(logging.WARNING)  # each denial is a finding, not a log line
+    state, source = _state(args)
+    try:
+        service = ReviewService(state, settings)
+        subjects = _from_files(args, kinds, selector) if args.filename else _from_cluster(args, kinds)
+        return _report(args, service, subjects)
+    except ObjectsError as exc:
+        raise UsageError(str(exc)) from None
+    except LiveSourceError as exc:
+        raise UsageError(str(exc)) from None
+    finally:
+        if source is not None:
+            source.stop()
+
+
+def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator[Subject]) -> int:
+    tally, block, header = Tally(), [], True
+    out = sys.stdout
+    for s in subjects:
+        f = audit(service, s)
+        tally.add(f)
+        if f.verdict == AGREES and not args.all:
+            continue
+        if args.output == "json":
+            out.write(orjson.dumps(f.as_json()).decode() + "\n")
+        elif args.output == "table":
+            block.append(f)
+            if len(block) >= _BLOCK:
+                out.write(_table(block, header))
+                block, header = [], False
+    if args.output == "table" and block:
+        out.write(_table(block, header))
+    if args.output == "summary":
+        out.write(_summary(tally))
+    print(f"audit: {tally.line()}", file=sys.stderr)
+    return 0 if tally.all_agree else EXIT_DISAGREES
+
+
+def add_parser(sub: Any, codes: dict[int, str], review_settings: Any) -> None:
+    a = sub.add_parser(
+        "audit", help="which existing pods and pod templates the rules would change or refuse (never writes)",
+        epilog=exit_codes(codes, 0, 1, 2, 141),
+        description="Put existing pods, and the pod templates of Deployments, StatefulSets, DaemonSets, "
+                    "ReplicaSets, Jobs and CronJobs, through the webhook's chains as a dry-run CREATE, and say of "
+                    "each whether the rules agree with it, would change it (and how) or would deny it (and why). "
+                    "Exit 0 when every object agrees, 1 when any does not, 2 on unusable input.")
+    src = a.add_mutually_exclusive_group()
+    a.add_argument("-f", "--filename", action="append", metavar="FILE|DIR",
+                   help="objects to audit: kubectl get ... -o json|yaml output, manifests, a folder of them; "
+                        "- reads stdin; repeatable")
+    src.add_argument("--kubeconfig", metavar="F", help="audit this cluster's objects (paginated lists)")
+    src.add_argument("--in-cluster", action="store_true", help="audit the cluster this runs in (its ServiceAccount)")
+    a.add_argument("--cluster-state", type=Path, metavar="DIR",
+                   help="a folder of manifests with the state the rules read (profiles, classes, namespaces, quotas); "
+                        "default: the audited cluster's, or with -f the embedded example state")
+    a.add_argument("-n", "--namespace", type=namespace, metavar="NS", help="only objects in this namespace")
+    a.add_argument("-l", "--selector", metavar="SELECTOR", help="only objects with these labels (kubectl syntax)")
+    a.add_argument("--kinds", default=",".join(PLURALS.values()), metavar="KINDS",
+                   help="comma-separated kinds to audit (kubectl names: po, deploy, sts, ds, rs, job, cj)")
+    a.add_argument("-o", "--output", choices=("table", "json", "summary"), default="table",
+                   help="a table, JSON lines (one finding a line) or the count by verdict and reason")
+    a.add_argument("--all", action="store_true", help="list the objects that agree too")
+    a.add_argument("--page-size", type=positive, default=500, metavar="N", help="objects per list request")
+    a.add_argument("--sync-timeout", type=_seconds, default=30.0, metavar="S",
+                   help="with a cluster: how long listing its state may take")
+    review_settings(a)
+    a.set_defaults(func=run)
