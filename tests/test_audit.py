@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -301,3 +302,26 @@ def test_an_api_error_while_listing_exits_2_with_the_status(tmp_path: Path,
         code = main(["audit", "--kubeconfig", str(write_kubeconfig(tmp_path, api.url)), "--kinds", "po"])
     assert code == 2
     assert "listing pods: HTTP 404" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("app=web", [{"key": "app", "operator": "In", "values": ["web"]}]),
+    ("app==web, tier in (a, b),!canary,env!=dev,x", [
+        {"key": "app", "operator": "In", "values": ["web"]}, {"key": "tier", "operator": "In", "values": ["a", "b"]},
+        {"key": "canary", "operator": "DoesNotExist"}, {"key": "env", "operator": "NotIn", "values": ["dev"]},
+        {"key": "x", "operator": "Exists"}]),
+    ("a notin (b)", [{"key": "a", "operator": "NotIn", "values": ["b"]}]),
+])
+def test_kubectl_selector_syntax(text: str, expected: list[dict[str, Any]]) -> None:
+    from webhook.core.selectors import parse_selector
+    assert parse_selector(text) == {"matchExpressions": expected}
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("a in ()", "values: Required value"), ("a=b=c", "cannot read the selector at 'a=b=c'"),
+    ("(", "cannot read the selector at '('"),
+])
+def test_a_selector_kubectl_would_refuse_is_an_error(text: str, message: str) -> None:
+    from webhook.core.selectors import SelectorError, parse_selector
+    with pytest.raises(SelectorError, match=re.escape(message)):
+        parse_selector(text)

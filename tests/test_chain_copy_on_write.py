@@ -14,7 +14,7 @@ from tests.conftest import load_fixture
 from tests.mutating import make_state, profile, request
 from tests.test_mutating_properties import _state, pods, profiles
 from webhook.admission import chain
-from webhook.admission.domain.patch import PatchBuilder
+from webhook.admission.domain.patch import PatchBuilder, apply_ops
 from webhook.admission.review import review_from_dict
 
 BATCH_PROFILE = profile("batch", selector={"matchLabels": {"app": "batch-init"}}, qosClass="BE",
@@ -52,8 +52,10 @@ def test_mutate_never_changes_its_input(pod, specs) -> None:  # type: ignore[no-
     assert given_pod == pod
     if decision.allowed:
         ops = copy.deepcopy(decision.patch)
-        jsonpatch.apply_patch(pod, decision.patch)  # valid against the input
+        expected = jsonpatch.apply_patch(pod, decision.patch)  # valid against the input
         assert decision.patch == ops
+        # what `review` and `audit` apply: the same result, the input untouched (copy on write)
+        assert apply_ops(pod, decision.patch) == expected and pod == given_pod
 
 
 def test_patch_builder_copies_on_write() -> None:
