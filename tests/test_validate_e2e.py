@@ -172,11 +172,16 @@ def test_recorded_reviews_over_https(srv: Server) -> None:
 
 
 def test_recorded_koord_prod_pod_in_quota_namespace(srv: Server) -> None:
-    # The recorded mid pod, moved to koord-prod: denied in colo-demo (no quota), allowed in prod-apps.
+    # The recorded mid pod, moved to koord-prod: denied in colo-demo (no quota); in prod-apps the quota on
+    # limits.cpu/limits.memory refuses it until its container sets limits (as the apiserver's quota plugin would).
     body = load_fixture("admission/v1-validate-create-versionpair.json")
     obj = body["request"]["object"]
     obj["spec"].update(priorityClassName="koord-prod", priority=9000)
     resp = post(srv, body)
     assert resp["status"]["message"] == "insufficient quota to match these scopes: [{PriorityClass In [koord-prod]}]"
     obj["metadata"]["namespace"] = body["request"]["namespace"] = "prod-apps"
+    name = obj["metadata"].get("name") or obj["metadata"]["generateName"]
+    assert post(srv, body)["status"]["message"] == (f'pods "{name}" is forbidden: failed quota: koord-prod-quota: '
+                                                    "must specify limits.cpu for: app; limits.memory for: app")
+    obj["spec"]["containers"][0]["resources"]["limits"] = {"cpu": "1", "memory": "512Mi"}
     assert post(srv, body)["allowed"] is True

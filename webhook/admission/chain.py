@@ -26,6 +26,7 @@ from webhook.admission.rules import (
     colocation_profile,
     koordinator_rules,
     priority,
+    quota_constraints,
     quota_presence,
 )
 from webhook.cluster.state import ClusterState
@@ -51,7 +52,9 @@ class ValidatingRule(Protocol):
 
 
 MUTATING: tuple[MutatingRule, ...] = (colocation_profile, priority, batch_resources)
-VALIDATING: tuple[ValidatingRule, ...] = (batch_mixing, batch_units, koordinator_rules, quota_presence)
+# quota-constraints before quota-presence: the ResourceQuota plugin checks a quota's constraints first.
+VALIDATING: tuple[ValidatingRule, ...] = (batch_mixing, batch_units, koordinator_rules, quota_constraints,
+                                          quota_presence)
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
 MAX_PASSES = 3  # a rerun is asked for once per pod (a label set where none was); the bound is a guard
 
