@@ -7,6 +7,7 @@ annotation that records the result for the node is ``core.extended_resource_spec
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from webhook.admission.domain.strategic_merge import clone
@@ -106,14 +107,59 @@ def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -
 
 Path = tuple[str | int, ...]
 
+LIMIT_RANGER = "kubernetes.io/limit-ranger"
+_SET = re.compile(r"(?P<names>[^;]+?) (?P<kind>request|limit) for (?P<owner>init container|container) (?P<name>[^;]+)")
+# What LimitRanger set, by (containers or initContainers, container name): requests and limits by name.
+Defaulted = dict[tuple[str, str], dict[str, frozenset[str]]]
 
-def convert_pod(spec: dict[str, Any], cpu_name: str,
-                mem_name: str) -> tuple[list[tuple[Path, Any, list[str]]], list[tuple[Path, str, Any]]]:
+
+def limit_ranger_defaults(annotations: Any) -> Defaulted:
+    """What the ``kubernetes.io/limit-ranger`` annotation says LimitRanger set: its text is ``LimitRanger plugin
+    set: cpu, memory request for container main; cpu limit for init container setup`` (``mergeContainerResources``
+    names the keys it added, sorted, per container and kind). Anything else reads as nothing set."""
+    text = annotations.get(LIMIT_RANGER) if isinstance(annotations, dict) else None
+    if not isinstance(text, str) or not text.startswith("LimitRanger plugin set: "):
+        return {}
+    out: Defaulted = {}
+    for part in text[len("LimitRanger plugin set: "):].split("; "):
+        m = _SET.fullmatch(part.strip())
+        if m is None:
+            continue
+        field = "initContainers" if m["owner"] == "init container" else "containers"
+        kinds = out.setdefault((field, m["name"]), {})
+        kind = "requests" if m["kind"] == "request" else "limits"
+        kinds[kind] = kinds.get(kind, frozenset()) | {n.strip() for n in m["names"].split(",")}
+    return out
+
+
+def _without_put_back(resources: dict[str, Any], put_back: dict[str, frozenset[str]], cpu_name: str,
+                      mem_name: str) -> tuple[dict[str, Any], list[str]]:
+    """``resources`` without the cpu/memory LimitRanger put back next to the band resource a conversion already
+    wrote for them (it runs again after a webhook's patch and adds its defaults to what no longer names them):
+    converting them again would write over the converted value, keeping them would mix."""
+    out, gone = resources, []
+    for kind in ("requests", "limits"):
+        values = resources.get(kind)
+        if not isinstance(values, dict):
+            continue
+        drop = [n for n, target in ((CPU, cpu_name), (MEMORY, mem_name))
+                if n in put_back.get(kind, ()) and n in values and target in values]
+        if drop:
+            out = dict(out) if out is resources else out
+            out[kind] = {k: v for k, v in values.items() if k not in drop}
+            gone += [f"{kind}.{n} that LimitRanger set again" for n in drop]
+    return out, gone
+
+
+def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str,
+                defaulted: Defaulted | None = None) -> tuple[list[tuple[Path, Any, list[str]]],
+                                                             list[tuple[Path, str, Any]]]:
     """(changes, skipped). A change is (path under the pod, new value, what changed) for every
     container resources and the overhead that change. A container (or the overhead) is not converted
     at all when a conversion would write over a value it already asks for with another one (its
     ``batch-cpu: 500`` next to ``cpu: 2``): the user's value would be lost, and the validating
-    no-mixing rule reports the mix instead. skipped lists (path, that name, its value)."""
+    no-mixing rule reports the mix instead, unless LimitRanger put the native value back (``defaulted``, from
+    its annotation): then the native value goes. skipped lists (path, that name, its value)."""
     changes: list[tuple[Path, Any, list[str]]] = []
     skipped: list[tuple[Path, str, Any]] = []
     for field, i, c in iter_containers(spec):
@@ -121,6 +167,10 @@ def convert_pod(spec: dict[str, Any], cpu_name: str,
         if not isinstance(resources, dict):
             continue
         path: Path = ("spec", field, i, "resources")
+        put_back = (defaulted or {}).get((field, str(c.get("name") or "")))
+        gone: list[str] = []
+        if put_back:
+            resources, gone = _without_put_back(resources, put_back, cpu_name, mem_name)
         clash = None
         for kind in ("requests", "limits"):
             values = resources.get(kind)
@@ -130,8 +180,8 @@ def convert_pod(spec: dict[str, Any], cpu_name: str,
             skipped.append((path, *clash))
             continue
         new, done = convert_resources(resources, cpu_name, mem_name)
-        if done:
-            changes.append((path, new, done))
+        if done or gone:
+            changes.append((path, new, gone + done))
     overhead = spec.get("overhead")
     if isinstance(overhead, dict):
         clash = _clash(overhead, cpu_name, mem_name)

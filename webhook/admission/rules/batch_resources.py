@@ -15,7 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.admission.context import MutatingContext
-from webhook.admission.domain.batch_conversion import Path, convert_pod, cpu_notes, targets_for
+from webhook.admission.domain.batch_conversion import (
+    Path,
+    convert_pod,
+    cpu_notes,
+    limit_ranger_defaults,
+    targets_for,
+)
 from webhook.admission.domain.batch_validation import small_batch_cpu_warnings
 from webhook.admission.response import Denial, bad_request
 from webhook.admission.review import AdmissionRequest
@@ -96,7 +102,8 @@ def _asks_native(spec: dict[str, Any]) -> bool:
 
 def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceList], priority: int,
              targets: tuple[str, str]) -> None:
-    changes, skipped = convert_pod(spec, *targets)
+    defaulted = limit_ranger_defaults((ctx.pod.get("metadata") or {}).get("annotations"))
+    changes, skipped = convert_pod(spec, *targets, defaulted)
     band = band_of(priority)
     cpu_name, mem_name = targets
     for path, name, value in skipped:
