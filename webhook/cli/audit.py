@@ -18,6 +18,7 @@ import orjson
 from webhook.admission.service import ReviewService
 from webhook.audit.files import ObjectsError, objects
 from webhook.audit.findings import AGREES, Finding, Tally, audit
+from webhook.audit.migrate import migration
 from webhook.audit.subjects import KINDS, PLURALS, Subject, kind_of, subject
 from webhook.cli.common import UsageError, exit_codes, namespace, positive
 from webhook.cli.common import seconds as _seconds
@@ -53,15 +54,20 @@ def _selector(text: str | None) -> Any:
         raise UsageError(f"-l {text!r}: {exc}") from None
 
 
-def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any) -> Iterator[Subject]:
+# (kind, object, where, problem): an object to audit, or why what was read is none
+Item = tuple[str, dict[str, Any] | None, str, str]
+
+
+def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any) -> Iterator[Item]:
     for where, obj in objects(args.filename):
         if not isinstance(obj, dict):
-            yield Subject("", "", where, problem=f"{where}: holds {type(obj).__name__}, not an object")
+            yield "", None, where, f"{where}: holds {type(obj).__name__}, not an object"
             continue
-        if not obj.get("kind"):  # a raw API list's items carry none; kubectl's output does
-            yield Subject("", "", where, problem=f"{where}: has no kind")
+        kind = obj.get("kind")
+        if not kind:  # a raw API list's items carry none; kubectl's output does
+            yield "", None, where, f"{where}: has no kind"
             continue
-        if obj.get("kind") not in kinds:
+        if kind not in kinds:
             continue  # Services, ConfigMaps, the cluster state's own kinds: nothing to admit
         meta = obj.get("metadata")
         meta = meta if isinstance(meta, dict) else {}
@@ -70,17 +76,22 @@ def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any)
         labels = meta.get("labels")
         if selector is not None and not selector.matches(labels if isinstance(labels, dict) else {}):
             continue
-        yield subject(obj)
+        yield str(kind), obj, where, ""
 
 
-def _from_cluster(args: argparse.Namespace, kinds: tuple[str, ...]) -> Iterator[Subject]:
+def _from_cluster(args: argparse.Namespace, kinds: tuple[str, ...]) -> Iterator[Item]:
     api = api_client(args.kubeconfig, "colocation-webhook/audit")
     try:
         for kind in kinds:
             for obj in paginated(api, API_KINDS[kind], args.namespace, args.selector, args.page_size):
-                yield subject(obj, kind)
+                yield kind, obj, "", ""
     finally:
         api.close()  # type: ignore[no-untyped-call]  # the client is untyped
+
+
+def _subjects(items: Iterator[Item]) -> Iterator[Subject]:
+    for kind, obj, where, problem in items:
+        yield subject(obj, kind) if obj is not None else Subject("", "", where, problem=problem)
 
 
 def _state(args: argparse.Namespace) -> tuple[ClusterState, Source | None]:
@@ -126,11 +137,16 @@ def run(args: argparse.Namespace) -> int:
     kinds, selector = _kinds(args.kinds), _selector(args.selector)
     settings = _settings(args)
     logging.getLogger("webhook.admission").setLevel(logging.WARNING)  # each denial is a finding, not a log line
+    items = _from_files(args, kinds, selector) if args.filename else _from_cluster(args, kinds)
+    if args.migrate:
+        try:
+            return _migrate(args, items)
+        except (ObjectsError, LiveSourceError) as exc:
+            raise UsageError(str(exc)) from None
     state, source = _state(args)
     try:
         service = ReviewService(state, settings)
-        subjects = _from_files(args, kinds, selector) if args.filename else _from_cluster(args, kinds)
-        return _report(args, service, subjects)
+        return _report(args, service, _subjects(items))
     except ObjectsError as exc:
         raise UsageError(str(exc)) from None
     except LiveSourceError as exc:
@@ -163,6 +179,29 @@ def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator
     return 0 if tally.all_agree else EXIT_DISAGREES
 
 
+def _migrate(args: argparse.Namespace, items: Iterator[Item]) -> int:
+    """Print, per object on the legacy protocol, the patch that moves it; 1 when any is."""
+    seen = found = 0
+    out = sys.stdout
+    for kind, obj, _where, _problem in items:
+        if obj is None:
+            continue
+        seen += 1
+        m = migration(obj, kind)
+        if m is None:
+            continue
+        found += 1
+        if args.output == "json":
+            out.write(orjson.dumps(m.as_json()).decode() + "\n")
+            continue
+        if m.note:   # a pod: the patch is what to make it again from, not a command that would work
+            out.write(f"# {kind} {m.namespace}/{m.name}: {m.note}\n# {m.command()}\n")
+        else:
+            out.write(f"# {kind} {m.namespace}/{m.name}\n{m.command()}\n")
+    print(f"audit --migrate: {found} of {seen} object(s) use the legacy ack-slo-manager protocol", file=sys.stderr)
+    return EXIT_DISAGREES if found else 0
+
+
 def add_parser(sub: Any, codes: dict[int, str], review_settings: Any) -> None:
     a = sub.add_parser(
         "audit", help="which existing pods and pod templates the rules would change or refuse (never writes)",
@@ -187,6 +226,9 @@ def add_parser(sub: Any, codes: dict[int, str], review_settings: Any) -> None:
     a.add_argument("-o", "--output", choices=("table", "json", "summary"), default="table",
                    help="a table, JSON lines (one finding a line) or the count by verdict and reason")
     a.add_argument("--all", action="store_true", help="list the objects that agree too")
+    a.add_argument("--migrate", action="store_true",
+                   help="instead: the kubectl patch that moves each object off the legacy ack-slo-manager protocol "
+                        "(alibabacloud.com/qosClass, alibabacloud.com/reclaimed-*); -o json: one patch a line")
     a.add_argument("--page-size", type=positive, default=500, metavar="N", help="objects per list request")
     a.add_argument("--sync-timeout", type=_seconds, default=30.0, metavar="S",
                    help="with a cluster: how long listing its state may take")

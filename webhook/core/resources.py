@@ -14,6 +14,11 @@ BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory
 MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
 BATCH_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
 NATIVE_RESOURCES = (CPU, MEMORY)
+# The legacy ack-slo-manager protocol's names for the same two resources (milli-cores, bytes): read wherever
+# batch-cpu and batch-memory are, never written.
+RECLAIMED_CPU, RECLAIMED_MEMORY = "alibabacloud.com/reclaimed-cpu", "alibabacloud.com/reclaimed-memory"
+LEGACY_BATCH = {RECLAIMED_CPU: BATCH_CPU, RECLAIMED_MEMORY: BATCH_MEMORY}
+BATCH_NAMES = (*BATCH_RESOURCES, *LEGACY_BATCH)   # every name a batch resource goes by
 
 
 def iter_containers(spec: dict[str, Any]) -> Iterator[tuple[str, int, dict[str, Any]]]:

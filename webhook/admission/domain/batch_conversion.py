@@ -25,6 +25,7 @@ from webhook.core.resources import (
     BATCH_CPU,
     BATCH_MEMORY,
     CPU,
+    LEGACY_BATCH,
     MEMORY,
     MID_CPU,
     MID_MEMORY,
@@ -197,7 +198,14 @@ def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str,
 def _clash(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[str, Any] | None:
     """(name, value) of an extended value in ``values`` that converting its native key would replace
     with a different one, else None. An extended value of 0 asks for nothing, so it may go; the same
-    value (our own earlier output, a profile's patch written again on reinvocation) is no loss."""
+    value (our own earlier output, a profile's patch written again on reinvocation) is no loss. A legacy
+    ``alibabacloud.com/reclaimed-*`` value next to a native one is the same resource by its old name: the
+    container is left as written, and the validating chain names both."""
+    for legacy, batch_name in LEGACY_BATCH.items():
+        if batch_name in (cpu_name, mem_name) and legacy in values and asks(values[legacy]):
+            native = CPU if batch_name == BATCH_CPU else MEMORY
+            if native in values:
+                return legacy, values[legacy]
     for native, target, convert in ((CPU, cpu_name, milli_value), (MEMORY, mem_name, int_value)):
         if native not in values or target not in values or not asks(values[target]):
             continue

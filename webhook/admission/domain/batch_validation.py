@@ -12,7 +12,8 @@ from webhook.core.fielderrors import invalid
 from webhook.core.quantity import QuantityError, is_whole, parse_quantity
 from webhook.core.resources import (
     BATCH_CPU,
-    BATCH_RESOURCES,
+    BATCH_NAMES,
+    LEGACY_BATCH,
     NATIVE_RESOURCES,
     ResourceList,
     asks,
@@ -22,27 +23,40 @@ from webhook.core.resources import (
 
 MIXING_ADVICE = ("a pod uses either batch resources (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) "
                  "or native cpu and memory, not both")
-BATCH_CPU_WHOLE = ("kubernetes.io/batch-cpu counts milli-cores and must be a whole number: "
-                   "write 500 for half a core, 1k or 1000 for one core")
-BATCH_MEMORY_WHOLE = ("kubernetes.io/batch-memory counts bytes and must be a whole number: "
-                      "write 512Mi or 536870912 for half a gibibyte")
+PROTOCOL_ADVICE = ("a pod names its batch resources in one protocol: kubernetes.io/batch-cpu and batch-memory "
+                   "(Koordinator) or the legacy alibabacloud.com/reclaimed-cpu and reclaimed-memory, not both")
+# {name}: kubernetes.io/batch-cpu, or the legacy alibabacloud.com/reclaimed-cpu it stands for
+CPU_WHOLE = "{name} counts milli-cores and must be a whole number: write 500 for half a core, 1k or 1000 for one core"
+MEMORY_WHOLE = "{name} counts bytes and must be a whole number: write 512Mi or 536870912 for half a gibibyte"
 NEGATIVE = "must be greater than or equal to 0"  # upstream ValidateNonnegativeQuantity
 SMALL_BATCH_CPU = 100  # below a tenth of a core: almost certainly meant as cores
 _ABSENT = object()
 
 
 def mixing_error(lists: list[ResourceList]) -> str | None:
-    """The denial text when the pod (its ``resource_lists``) asks for batch and native cpu/memory together,
+    """The denial text when the pod (its ``resource_lists``) asks for batch and native cpu/memory together, or
+    for batch resources by both their names (the legacy ``alibabacloud.com/reclaimed-*`` and Koordinator's),
     else None."""
     batch: dict[str, list[str]] = {}   # owner -> names asked for, in spec order
     native: dict[str, list[str]] = {}
     for owner, _, _, _, values in lists:
         for name, raw in values.items():
-            bucket = batch if name in BATCH_RESOURCES else native if name in NATIVE_RESOURCES else None
+            bucket = batch if name in BATCH_NAMES else native if name in NATIVE_RESOURCES else None
             if bucket is not None and asks(raw):
                 names = bucket.setdefault(owner, [])
                 if name not in names:
                     names.append(name)
+    for owner, names in batch.items():  # one owner naming both reads best
+        legacy_names = [n for n in names if n in LEGACY_BATCH]
+        koord_names = [n for n in names if n not in LEGACY_BATCH]
+        if legacy_names and koord_names:
+            return f"{owner} asks for both {legacy_names[0]} and {koord_names[0]}: {PROTOCOL_ADVICE}"
+    used = [(owner, n) for owner, names in batch.items() for n in names]
+    legacy_use = next(((o, n) for o, n in used if n in LEGACY_BATCH), None)
+    koord_use = next(((o, n) for o, n in used if n not in LEGACY_BATCH), None)
+    if legacy_use is not None and koord_use is not None:
+        return (f"{legacy_use[0]} asks for {legacy_use[1]} and {koord_use[0]} asks for {koord_use[1]}: "
+                f"{PROTOCOL_ADVICE}")
     if not batch or not native:
         return None
     for owner, names in batch.items():  # one owner asking for both reads best
@@ -63,7 +77,8 @@ def _batch_quantity(name: str, raw: object) -> tuple[str | None, Decimal | None]
     if q < 0:
         return NEGATIVE, None
     if not is_whole(q):
-        return (BATCH_CPU_WHOLE if name == BATCH_CPU else BATCH_MEMORY_WHOLE), None
+        text = CPU_WHOLE if LEGACY_BATCH.get(name, name) == BATCH_CPU else MEMORY_WHOLE
+        return text.format(name=name), None
     return None, q
 
 
@@ -97,7 +112,7 @@ def unit_problems(lists: list[ResourceList]) -> list[str]:
     requests: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
     limits: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
     for _, field, index, kind, values in lists:
-        for name in BATCH_RESOURCES:
+        for name in BATCH_NAMES:
             raw = values.get(name, _ABSENT)
             if raw is _ABSENT:
                 continue

@@ -21,7 +21,7 @@ from webhook.core.priority import (
 )
 from webhook.core.qos import QOS_LABEL, koord_qos_class
 from webhook.core.quantity import format_decimal_si, int_value, milli_value
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, CPU, pod_requests
+from webhook.core.resources import BATCH_NAMES, CPU, pod_requests
 
 IMMUTABLE = "field is immutable"  # apimachinery FieldImmutableErrorMsg
 # (QoS class, priority classes it must not be combined with), in upstream's order.
@@ -53,7 +53,7 @@ def pod_errors(pod: dict[str, Any]) -> list[str]:
     errors = []
     qos = koord_qos_class(pod)
     requests = pod_requests(pod)
-    if (requests.get(BATCH_CPU, 0) != 0 or requests.get(BATCH_MEMORY, 0) != 0) and qos != "BE":
+    if any(requests.get(name, 0) != 0 for name in BATCH_NAMES) and qos != "BE":
         errors.append(required(f"labels.{QOS_LABEL}",
                                "must specify koordinator QoS BE with koordinator colocation resources"))
     for bad_qos, classes in FORBIDDEN_COMBINATIONS:

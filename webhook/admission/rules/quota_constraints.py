@@ -16,7 +16,7 @@ from webhook.admission.context import ValidatingContext
 from webhook.admission.domain.quota import constraints_text, refusing_quota
 from webhook.admission.response import Denial, forbidden
 from webhook.admission.review import AdmissionRequest
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_NAMES
 
 NAME = "quota-constraints"
 
@@ -26,7 +26,7 @@ def handles(request: AdmissionRequest) -> bool:
 
 
 def _holds_batch(ctx: ValidatingContext) -> bool:
-    return any(BATCH_CPU in values or BATCH_MEMORY in values for *_, values in ctx.resource_lists)
+    return any(name in values for *_, values in ctx.resource_lists for name in BATCH_NAMES)
 
 
 def validate(ctx: ValidatingContext) -> Denial | None:

@@ -16,7 +16,7 @@ from typing import Any
 
 from webhook.core.extended_resource_spec import EXTENDED_RESOURCE_SPEC, parse_extended_resource_spec
 from webhook.core.quantity import QuantityError, int_value, parse_quantity
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, iter_containers, pod_total
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_NAMES, LEGACY_BATCH, iter_containers, pod_total
 
 UNLIMITED = -1
 DEFAULT_CFS_PERIOD = 100_000      # µs; the kubelet's and the kernel's default
@@ -57,12 +57,14 @@ class PodLimits:
 
 
 def _parsed(values: Any) -> dict[str, Decimal]:
+    """The batch values of a ResourceList, by Koordinator's names: the legacy ``alibabacloud.com/reclaimed-*``
+    count as the batch resource they are (a pod writes one protocol; the validating chain refuses both)."""
     out: dict[str, Decimal] = {}
     if isinstance(values, dict):
-        for name in (BATCH_CPU, BATCH_MEMORY):
+        for name in BATCH_NAMES:
             if name in values:
                 try:
-                    out[name] = parse_quantity(values[name])
+                    out[LEGACY_BATCH.get(name, name)] = parse_quantity(values[name])
                 except QuantityError:
                     continue
     return out
