@@ -83,6 +83,7 @@ LISTS = {  # path -> (kind of the list, api version)
     "/apis/scheduling.k8s.io/v1/priorityclasses": ("PriorityClassList", "scheduling.k8s.io/v1"),
     "/api/v1/namespaces": ("NamespaceList", "v1"),
     "/api/v1/resourcequotas": ("ResourceQuotaList", "v1"),
+    "/api/v1/limitranges": ("LimitRangeList", "v1"),
     "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles": ("ClusterColocationProfileList",
                                                                       "config.koordinator.sh/v1alpha1"),
     "/api/v1/namespaces/koordinator-system/configmaps": ("ConfigMapList", "v1"),
@@ -118,6 +119,7 @@ def cluster(folder: Path, n_ns: int, n_profiles: int = 1000, n_classes: int = 20
     with ReplayAPIServer() as api:
         data = {"/apis/scheduling.k8s.io/v1/priorityclasses": classes(n_classes),
                 "/api/v1/namespaces": namespaces(n_ns), "/api/v1/resourcequotas": quotas(n_ns // 2, n_ns),
+                "/api/v1/limitranges": [],
                 "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles": profiles(n_profiles),
                 "/api/v1/namespaces/koordinator-system/configmaps": []}
         for path, items in data.items():

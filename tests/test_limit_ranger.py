@@ -1,4 +1,4 @@
-"""LimitRanger's defaults put back into a converted pod: removed on reinvocation, not turned into a mix.
+"""LimitRanges and batch pods: defaults put back are removed on reinvocation, constraints are refused up front.
 
 The apiserver runs LimitRanger before the webhooks and again after this webhook's patch; the second time it adds
 its defaults to every container that no longer names cpu or memory (ours, converted) and says so in the
@@ -90,3 +90,65 @@ def test_named_defaults_without_a_batch_value_are_converted_as_ever() -> None:
     assert resources_of(out) == {
         "requests": {"kubernetes.io/batch-cpu": "100", "kubernetes.io/batch-memory": "134217728"},
         "limits": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "1073741824"}}
+
+
+# -- LimitRanges a batch pod cannot meet ------------------------------------------------------------------------
+def limit_range(name: str, *items: dict[str, Any], ns: str = "batch-ns") -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": name, "namespace": ns},
+            "spec": {"limits": list(items)}}
+
+
+ADVICE = (" (LimitRange {lr} in namespace batch-ns constrains cpu or memory, which a pod with "
+          "kubernetes.io/batch-cpu/batch-memory does not name, so LimitRanger would refuse it after the webhooks: "
+          "remove min, max and maxLimitRequestRatio on cpu and memory from that LimitRange (default and "
+          "defaultRequest are fine), or keep the namespace out of the profile's namespaceSelector)")
+NATIVE_POD = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+
+RANGES = [
+    ("container min cpu", {"type": "Container", "min": {"cpu": "10m"}},
+     'pods "p" is forbidden: minimum cpu usage per Container is 10m.  No request is specified'),
+    ("container max memory", {"type": "Container", "max": {"memory": "4096Mi"}},
+     'pods "p" is forbidden: maximum memory usage per Container is 4Gi.  No limit is specified'),
+    ("container ratio", {"type": "Container", "maxLimitRequestRatio": {"cpu": "2"}},
+     'pods "p" is forbidden: cpu max limit to request ratio per Container is 2, but no request is specified or '
+     "request is 0"),
+    ("pod min memory", {"type": "Pod", "min": {"memory": "1Gi"}},
+     'pods "p" is forbidden: minimum memory usage per Pod is 1Gi.  No request is specified'),
+    ("two constraints", {"type": "Container", "min": {"cpu": "10m"}, "max": {"cpu": "2"}},
+     'pods "p" is forbidden: [minimum cpu usage per Container is 10m.  No request is specified, maximum cpu usage '
+     "per Container is 2.  No limit is specified]"),
+    ("defaults only", {"type": "Container", "default": {"cpu": "500m"}, "defaultRequest": {"cpu": "100m"}}, None),
+    ("constraints on other resources", {"type": "Container", "min": {"ephemeral-storage": "1Gi"}}, None),
+    ("a PersistentVolumeClaim limit", {"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}}, None),
+]
+
+
+@pytest.mark.parametrize(("name", "item", "message"), RANGES, ids=[r[0] for r in RANGES])
+def test_a_limitrange_a_converted_pod_cannot_meet_is_refused_up_front(name: str, item: dict[str, Any],
+                                                                     message: str | None) -> None:
+    """The pod asks for native cpu/memory and koord-batch: the conversion leaves it none, and the LimitRange
+    would refuse it after the webhooks."""
+    state = make_state(namespace("batch-ns"), limit_range("limits", item))
+    obj = pod(ns="batch-ns", labels={"koordinator.sh/qosClass": "BE"}, priorityClassName="koord-batch",
+              priority=5000, **NATIVE_POD)
+    explain: list[str] = []
+    decision, _ = mutate(obj, state, explain)
+    if message is None:
+        assert decision.allowed, decision.message
+        assert "[limit-ranges] LimitRanges in batch-ns: 1; none constrains cpu or memory" in explain
+    else:
+        assert (decision.allowed, decision.rule, decision.message) == (False, "limit-ranges",
+                                                                       message + ADVICE.format(lr="limits"))
+
+
+def test_a_pod_that_keeps_cpu_and_memory_is_left_to_limitranger() -> None:
+    state = make_state(namespace("batch-ns"), limit_range("limits", {"type": "Container", "min": {"cpu": "10m"}}))
+    explain: list[str] = []
+    decision, _ = mutate(pod(ns="batch-ns", **NATIVE_POD), state, explain)
+    assert decision.allowed
+    assert "[limit-ranges] the pod holds no batch resources: LimitRanger's own checks apply as ever" in explain
+    other = make_state(namespace("batch-ns"), limit_range("limits", {"type": "Container", "min": {"cpu": "10m"}},
+                                                          ns="elsewhere"))
+    batch = pod(ns="batch-ns", labels={"koordinator.sh/qosClass": "BE"}, priorityClassName="koord-batch",
+                priority=5000, **NATIVE_POD)
+    assert mutate(batch, other)[0].allowed   # a LimitRange of another namespace counts for nothing

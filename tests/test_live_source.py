@@ -27,6 +27,7 @@ from webhook.cluster.state import AGENT_KINDS, WEBHOOK_KINDS, ClusterState
 PC = "/apis/scheduling.k8s.io/v1/priorityclasses"
 NS = "/api/v1/namespaces"
 RQ = "/api/v1/resourcequotas"
+LR = "/api/v1/limitranges"
 CCP = "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles"
 CM = "/api/v1/namespaces/koordinator-system/configmaps"
 PODS = "/api/v1/pods"
@@ -37,6 +38,7 @@ WEBHOOK_LISTS = {  # kind -> (recorded list, path our client calls)
     "PriorityClass": ("priorityclasses-list", PC),
     "Namespace": ("namespaces-list", NS),
     "ResourceQuota": ("resourcequotas-list-all-namespaces", RQ),
+    "LimitRange": ("limitranges-list-derived-empty", LR),
     "ClusterColocationProfile": ("clustercolocationprofiles-list", CCP),
     "ConfigMap": ("configmaps-list-koordinator-system", CM),
 }
@@ -133,7 +135,7 @@ def test_initial_list_of_every_webhook_kind_then_ready(api: ReplayAPIServer, tmp
     assert not state.ready
     with live(state, api.url, tmp_path):
         wait_for(lambda: state.ready, what="first sync")
-        assert state.counts() == {"PriorityClass": 6, "Namespace": 8, "ResourceQuota": 2,
+        assert state.counts() == {"PriorityClass": 6, "Namespace": 8, "ResourceQuota": 2, "LimitRange": 0,
                                   "ClusterColocationProfile": 1, "ConfigMap": 1}
         # list items come without kind/apiVersion; the source fills them in
         for kind, api_version in [("PriorityClass", "scheduling.k8s.io/v1"), ("Namespace", "v1"),

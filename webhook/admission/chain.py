@@ -25,6 +25,7 @@ from webhook.admission.rules import (
     batch_units,
     colocation_profile,
     koordinator_rules,
+    limit_ranges,
     priority,
     quota_constraints,
     quota_presence,
@@ -51,7 +52,8 @@ class ValidatingRule(Protocol):
     def validate(self, ctx: ValidatingContext) -> Denial | None: ...
 
 
-MUTATING: tuple[MutatingRule, ...] = (colocation_profile, priority, batch_resources)
+# limit-ranges last: it reads the pod as converted (LimitRanger validates it before any validating webhook).
+MUTATING: tuple[MutatingRule, ...] = (colocation_profile, priority, batch_resources, limit_ranges)
 # quota-constraints before quota-presence: the ResourceQuota plugin checks a quota's constraints first.
 VALIDATING: tuple[ValidatingRule, ...] = (batch_mixing, batch_units, koordinator_rules, quota_constraints,
                                           quota_presence)

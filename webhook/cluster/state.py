@@ -48,6 +48,7 @@ KINDS: dict[str, Kind] = {
         Kind("PriorityClass", "scheduling.k8s.io", "v1", "priorityclasses", False),
         Kind("Namespace", "", "v1", "namespaces", False),
         Kind("ResourceQuota", "", "v1", "resourcequotas", True),
+        Kind("LimitRange", "", "v1", "limitranges", True),
         Kind("ClusterColocationProfile", "config.koordinator.sh", "v1alpha1", "clustercolocationprofiles", False),
         Kind("ConfigMap", "", "v1", "configmaps", True),
         Kind("Node", "", "v1", "nodes", False),
@@ -55,7 +56,7 @@ KINDS: dict[str, Kind] = {
     )
 }
 # What the admission webhook needs; the agent asks for Node, Pod and ConfigMap.
-WEBHOOK_KINDS = ("PriorityClass", "Namespace", "ResourceQuota", "ClusterColocationProfile", "ConfigMap")
+WEBHOOK_KINDS = ("PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "ClusterColocationProfile", "ConfigMap")
 AGENT_KINDS = ("Node", "Pod", "ConfigMap")
 
 Key = tuple[str, str]  # (namespace or "", name)
@@ -69,6 +70,7 @@ def _meta(obj: dict[str, Any], field: str) -> Any:
 # status, a resourceVersion, managedFields) changes nothing derived. Kinds not listed: any change counts.
 _READ: dict[str, Callable[[dict[str, Any]], Any]] = {
     "ResourceQuota": lambda o: (o.get("spec"), (o.get("status") or {}).get("hard")),   # not status.used
+    "LimitRange": lambda o: o.get("spec"),
     "Namespace": lambda o: _meta(o, "labels"),
     "PriorityClass": lambda o: (o.get("value"), o.get("globalDefault"), o.get("preemptionPolicy")),
     "ClusterColocationProfile": lambda o: (o.get("spec"), _meta(o, "labels"), _meta(o, "annotations")),
@@ -88,6 +90,7 @@ _META_KEPT_READ = ("name", "namespace", "labels", "annotations")
 _KEPT: dict[str, tuple[str, ...]] = {
     "Namespace": (),
     "ResourceQuota": ("spec", "status"),
+    "LimitRange": ("spec",),
     "PriorityClass": ("value", "globalDefault", "preemptionPolicy"),
     "ClusterColocationProfile": ("spec",),
     "ConfigMap": ("data",),
@@ -299,14 +302,20 @@ class ClusterState:
         """Profile name -> why it must not be applied (see ``invalid``)."""
         return {name: why for (_, name), why in self.invalid("ClusterColocationProfile").items()}
 
-    def resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
+    def _in_namespace(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         def build() -> dict[str, list[dict[str, Any]]]:
             by_ns: dict[str, list[dict[str, Any]]] = {}
-            for (ns, _), q in sorted(self._objects.get("ResourceQuota", {}).items()):
-                by_ns.setdefault(ns, []).append(q)
+            for (ns, _), obj in sorted(self._objects.get(kind, {}).items()):
+                by_ns.setdefault(ns, []).append(obj)
             return by_ns
 
-        return self.derived("ResourceQuota", "quotas", build).get(namespace, [])
+        return self.derived(kind, "by_namespace", build).get(namespace, [])
+
+    def resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
+        return self._in_namespace("ResourceQuota", namespace)
+
+    def limit_ranges(self, namespace: str) -> list[dict[str, Any]]:
+        return self._in_namespace("LimitRange", namespace)
 
     def config_map(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._objects.get("ConfigMap", {}).get((namespace, name))
