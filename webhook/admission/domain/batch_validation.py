@@ -39,6 +39,7 @@ def mixing_error(lists: list[ResourceList]) -> str | None:
     else None."""
     batch: dict[str, list[str]] = {}   # owner -> names asked for, in spec order
     native: dict[str, list[str]] = {}
+    legacy = False
     for owner, _, _, _, values in lists:
         for name, raw in values.items():
             bucket = batch if name in BATCH_NAMES else native if name in NATIVE_RESOURCES else None
@@ -46,6 +47,23 @@ def mixing_error(lists: list[ResourceList]) -> str | None:
                 names = bucket.setdefault(owner, [])
                 if name not in names:
                     names.append(name)
+                    legacy = legacy or name in LEGACY_BATCH
+    if legacy:
+        protocols = _protocol_mix(batch)
+        if protocols is not None:
+            return protocols
+    if not batch or not native:
+        return None
+    for owner, names in batch.items():  # one owner asking for both reads best
+        if owner in native:
+            return f"{owner} asks for both {names[0]} and {native[owner][0]}: {MIXING_ADVICE}"
+    b_owner, b_names = next(iter(batch.items()))
+    n_owner, n_names = next(iter(native.items()))
+    return f"{b_owner} asks for {b_names[0]} and {n_owner} asks for {n_names[0]}: {MIXING_ADVICE}"
+
+
+def _protocol_mix(batch: dict[str, list[str]]) -> str | None:
+    """The text when the batch names (by owner) are of both protocols, else None."""
     for owner, names in batch.items():  # one owner naming both reads best
         legacy_names = [n for n in names if n in LEGACY_BATCH]
         koord_names = [n for n in names if n not in LEGACY_BATCH]
@@ -57,14 +75,7 @@ def mixing_error(lists: list[ResourceList]) -> str | None:
     if legacy_use is not None and koord_use is not None:
         return (f"{legacy_use[0]} asks for {legacy_use[1]} and {koord_use[0]} asks for {koord_use[1]}: "
                 f"{PROTOCOL_ADVICE}")
-    if not batch or not native:
-        return None
-    for owner, names in batch.items():  # one owner asking for both reads best
-        if owner in native:
-            return f"{owner} asks for both {names[0]} and {native[owner][0]}: {MIXING_ADVICE}"
-    b_owner, b_names = next(iter(batch.items()))
-    n_owner, n_names = next(iter(native.items()))
-    return f"{b_owner} asks for {b_names[0]} and {n_owner} asks for {n_names[0]}: {MIXING_ADVICE}"
+    return None
 
 
 def _batch_quantity(name: str, raw: object) -> tuple[str | None, Decimal | None]:

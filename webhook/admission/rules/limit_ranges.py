@@ -27,7 +27,8 @@ def admit(ctx: MutatingContext) -> Denial | None:
     ns = ctx.namespace
     ranges = ctx.state.limit_ranges(ns)
     if not ranges:   # most namespaces: one dict lookup on the hot path
-        ctx.note(NAME, f"no LimitRange in {ns}")
+        if ctx.explain is not None:
+            ctx.note(NAME, f"no LimitRange in {ns}")
         return None
     spec = ctx.pod.get("spec")
     if not any(name in values for *_, values in resource_lists(spec if isinstance(spec, dict) else {})
@@ -45,5 +46,6 @@ def admit(ctx: MutatingContext) -> Denial | None:
                 "webhooks: remove min, max and maxLimitRequestRatio on cpu and memory from that LimitRange "
                 "(default and defaultRequest are fine), or keep the namespace out of the profile's "
                 "namespaceSelector)"))
-    ctx.note(NAME, f"LimitRanges in {ns}: {len(ranges)}; none constrains cpu or memory")
+    if ctx.explain is not None:
+        ctx.note(NAME, f"LimitRanges in {ns}: {len(ranges)}; none constrains cpu or memory")
     return None

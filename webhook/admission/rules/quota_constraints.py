@@ -32,9 +32,10 @@ def _holds_batch(ctx: ValidatingContext) -> bool:
 def validate(ctx: ValidatingContext) -> Denial | None:
     ns = ctx.namespace
     quotas = ctx.state.resource_quotas(ns)
-    found = refusing_quota(ctx.pod, quotas)
+    found = refusing_quota(ctx.pod, quotas) if quotas else None
     if found is None:
-        ctx.note(NAME, f"quotas in {ns}: {len(quotas)}; none that matches this pod asks for what it does not set")
+        if ctx.explain is not None:
+            ctx.note(NAME, f"quotas in {ns}: {len(quotas)}; none that matches this pod asks for what it does not set")
         return None
     quota, missing = found
     message = f"failed quota: {quota}: {constraints_text(missing)}"
