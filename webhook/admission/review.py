@@ -142,14 +142,15 @@ def encode_response(api_version: str, uid: str, decision: Decision, patch_json: 
 
 
 def pod_review(pod: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None,
-               username: str = "colocation-webhook-review") -> dict[str, Any]:
-    """The dry-run v1 AdmissionReview the apiserver would send for ``pod`` (the offline commands' input)."""
+               username: str = "colocation-webhook-review", uid: str | None = None) -> dict[str, Any]:
+    """The dry-run v1 AdmissionReview the apiserver would send for ``pod`` (the offline commands' input); a new
+    uid unless one is given."""
     meta = pod.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     pods = {"group": "", "version": "v1", "resource": "pods"}
     kind = {"group": "", "version": "v1", "kind": "Pod"}
     request = {
-        "uid": str(uuid.uuid4()), "kind": kind, "resource": pods, "requestKind": kind, "requestResource": pods,
+        "uid": uid or str(uuid.uuid4()), "kind": kind, "resource": pods, "requestKind": kind, "requestResource": pods,
         "name": meta.get("name") or "", "namespace": meta.get("namespace") or "default", "operation": operation,
         "userInfo": {"username": username}, "object": pod, "oldObject": old, "dryRun": True,
     }

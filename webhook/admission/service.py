@@ -110,8 +110,8 @@ class ReviewService:
         reason = self.state.not_ready_reason() or "cluster state not synced yet"
         return Answer(503, error_body(503, f"{reason}; this replica answers once every kind is listed (see /readyz)"))
 
-    def _decide(self, endpoint: Endpoint, review: AdmissionReview,
-                explain: list[str] | None) -> tuple[Answer, str]:
+    def _decide(self, endpoint: Endpoint, review: AdmissionReview, explain: list[str] | None,
+                encode: bool = True) -> tuple[Answer, str]:
         """The chain's answer to a decoded review, encoded in its version, and the outcome the metrics count."""
         req = review.request
         if endpoint == "mutate":
@@ -127,7 +127,7 @@ class ReviewService:
             decision = errored(400, f"the patch for this pod would be {len(patch_json)} bytes, more than the "
                                     f"{limit} this webhook sends (its --max-patch-bytes)")
             patch_json = None
-        payload = encode_response(review.apiVersion, req.uid, decision, patch_json)
+        payload = encode_response(review.apiVersion, req.uid, decision, patch_json) if encode else b""
         if decision.rule_failed:
             outcome = "error"
         elif not decision.allowed:
@@ -139,9 +139,10 @@ class ReviewService:
         return Answer(200, payload, decision, review.apiVersion, req.uid), outcome
 
     def decided(self, endpoint: Endpoint, review: AdmissionReview, explain: list[str] | None = None) -> Answer:
-        """``evaluate`` for a review already decoded (the offline commands), uncounted; never raises."""
+        """``evaluate`` for a review already decoded (the offline commands), uncounted; never raises. The answer's
+        body is left empty: those commands read its decision (and encode the outcome of both chains)."""
         try:
-            return self._not_ready() or self._decide(endpoint, review, explain)[0]
+            return self._not_ready() or self._decide(endpoint, review, explain, encode=False)[0]
         except Exception:  # never a traceback in an answer
             log.exception("unexpected error answering %s", endpoint)
             return Answer(500, error_body(500, INTERNAL_ERROR))
