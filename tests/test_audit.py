@@ -325,3 +325,11 @@ def test_a_selector_kubectl_would_refuse_is_an_error(text: str, message: str) ->
     from webhook.core.selectors import SelectorError, parse_selector
     with pytest.raises(SelectorError, match=re.escape(message)):
         parse_selector(text)
+
+
+def test_a_file_broken_half_way_shows_what_came_before(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "half.json").write_text('{"items": [' + json.dumps(mixed()) + ', {"kind": ')
+    assert main(["audit", "-f", str(tmp_path / "half.json")]) == 2
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].split()[:4] == ["colo-demo", "pod/mixed", "-", "denied"]
+    assert "half.json: not valid JSON at character" in err

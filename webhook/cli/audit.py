@@ -147,9 +147,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         service = ReviewService(state, settings)
         return _report(args, service, _subjects(items))
-    except ObjectsError as exc:
-        raise UsageError(str(exc)) from None
-    except LiveSourceError as exc:
+    except (ObjectsError, LiveSourceError) as exc:
         raise UsageError(str(exc)) from None
     finally:
         if source is not None:
@@ -159,20 +157,22 @@ def run(args: argparse.Namespace) -> int:
 def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator[Subject]) -> int:
     tally, block, header = Tally(), [], True
     out = sys.stdout
-    for s in subjects:
-        f = audit(service, s)
-        tally.add(f)
-        if f.verdict == AGREES and not args.all:
-            continue
-        if args.output == "json":
-            out.write(orjson.dumps(f.as_json()).decode() + "\n")
-        elif args.output == "table":
-            block.append(f)
-            if len(block) >= _BLOCK:
-                out.write(_table(block, header))
-                block, header = [], False
-    if args.output == "table" and block:
-        out.write(_table(block, header))
+    try:
+        for s in subjects:
+            f = audit(service, s)
+            tally.add(f)
+            if f.verdict == AGREES and not args.all:
+                continue
+            if args.output == "json":
+                out.write(orjson.dumps(f.as_json()).decode() + "\n")
+            elif args.output == "table":
+                block.append(f)
+                if len(block) >= _BLOCK:
+                    out.write(_table(block, header))
+                    block, header = [], False
+    finally:  # a file that breaks half-way still shows what was found before it
+        if args.output == "table" and block:
+            out.write(_table(block, header))
     if args.output == "summary":
         out.write(_summary(tally))
     print(f"audit: {tally.line()}", file=sys.stderr)
