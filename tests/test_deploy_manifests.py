@@ -97,7 +97,7 @@ def cert_manager() -> list[Obj]:
     return _kustomize(MANIFESTS / "overlays" / "cert-manager")
 
 
-COMPONENTS = ("monitoring", "network-policy", "agent-node-policy")   # manifests/components/<name>, optional
+COMPONENTS = ("monitoring", "network-policy", "agent-node-policy", "audit")   # manifests/components/<name>, optional
 PROMETHEUS_OPERATOR_KINDS = {"PodMonitor", "PrometheusRule"}
 
 
@@ -908,3 +908,30 @@ def test_example_quota_admission_configuration_loads() -> None:
     quota = _one(_yaml_docs(MANIFESTS / "examples" / "koord-prod-quota.yaml"), "ResourceQuota")
     kubernetes_validate.validate(quota, K8S_VERSION, strict=True)
     assert quota["spec"]["scopeSelector"]["matchExpressions"] == limited[0]["matchScopes"]
+
+
+# -- the optional audit CronJob --------------------------------------------------------------------
+@needs_kubectl
+def test_audit_cronjob_runs_the_audit_in_cluster_and_only_reads(components: dict[str, list[Obj]],
+                                                              objects: list[Obj]) -> None:
+    from webhook.cli.audit import API_KINDS
+    objs = components["audit"]
+    cron = _one(objs, "CronJob", "colocation-audit")
+    job = {"kind": "Job", "metadata": cron["metadata"], **cron["spec"]["jobTemplate"]}
+    _hardened(job)
+    assert job["spec"]["backoffLimit"] == 0    # a failed run is the report, not something to retry
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = job["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "colocation-audit" and pod["restartPolicy"] == "Never"
+    c = _container(job)
+    assert c["image"] == _container(_one(objects, "Deployment", "colocation-webhook"))["image"]
+    assert c["command"] == ["colocation-webhook"]
+    args = webhook_cli.parser().parse_args(c["args"])
+    assert (args.command, args.in_cluster, args.kubeconfig, args.output, args.migrate) == (
+        "audit", True, None, "json", False)
+    assert set(args.kinds.split(",")) == {k.plural for k in API_KINDS.values()}   # every kind it can audit
+    # RBAC: list on what it audits (paginated, no watch); the rules' state listed and watched as the webhook
+    # does; the one ConfigMap by name. Nothing to write.
+    audited = {("*", k.group, k.plural, "list", ()) for k in API_KINDS.values()}
+    state = {g for g in _reads(WEBHOOK_KINDS) if g[3] != "get"}
+    assert _grants(objs, "colocation-audit") == audited | state
