@@ -333,3 +333,14 @@ def test_a_file_broken_half_way_shows_what_came_before(tmp_path: Path, capsys: p
     out, err = capsys.readouterr()
     assert out.splitlines()[1].split()[:4] == ["colo-demo", "pod/mixed", "-", "denied"]
     assert "half.json: not valid JSON at character" in err
+
+
+@pytest.mark.parametrize(("name", "text", "message"), [
+    ("deep.json", '{"items": [' + "[" * 100_000 + "]" * 100_000 + "]}", ": nests too deeply to read"),
+    ("deep.yaml", "a: " + "[" * 5_000 + "]" * 5_000 + "\n", ":1: invalid YAML: exceeded maximum nesting depth"),
+])
+def test_nesting_too_deep_to_read_is_named_not_a_traceback(name: str, text: str, message: str, tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / name).write_text(text)
+    assert main(["audit", "-f", str(tmp_path / name)]) == 2
+    assert f"{tmp_path / name}{message}" in capsys.readouterr().err

@@ -72,19 +72,22 @@ def _objects_of(name: str) -> Iterator[tuple[str, Any]]:
         raw: IO[bytes] = sys.stdin.buffer if name == "-" else open(name, "rb")  # noqa: SIM115  # closed below
     except OSError as exc:
         raise ObjectsError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    text = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
     try:
-        text = io.TextIOWrapper(raw, encoding="utf-8", errors="strict")
-        try:
-            opening = _opening(text)
-            json_text = opening[-1:] in ("{", "[")
-            yield from (_json_values if json_text else _yaml_values)(text, shown, opening)
-        except UnicodeDecodeError as exc:
-            raise ObjectsError(f"{shown}: is not UTF-8 text (byte {exc.start} of a block)") from None
-        except OSError as exc:
-            raise ObjectsError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+        opening = _opening(text)
+        json_text = opening[-1:] in ("{", "[")
+        yield from (_json_values if json_text else _yaml_values)(text, shown, opening)
+    except UnicodeDecodeError as exc:
+        raise ObjectsError(f"{shown}: is not UTF-8 text (byte {exc.start} of a block)") from None
+    except OSError as exc:
+        raise ObjectsError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    except RecursionError:  # the decoders recurse per level of nesting
+        raise ObjectsError(f"{shown}: nests too deeply to read") from None
     finally:
-        if name != "-":
-            raw.close()
+        if name == "-":
+            text.detach()  # closing the wrapper would close stdin for a second `-f -`
+        else:
+            text.close()
 
 
 def _opening(text: IO[str]) -> str:

@@ -7,7 +7,6 @@ as a dry-run CREATE of its pod, so what `audit` says is what the webhook would a
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,11 +78,6 @@ def _patched(ops: list[dict[str, Any]], shown: int = 4) -> str:
         parts.append(f"{op['op']} {op['path']}{keys}")
     more = f" and {len(ops) - shown} more" if len(ops) > shown else ""
     return ", ".join(parts) + more
-
-
-def audit_all(service: ReviewService, subjects: Iterable[Subject]) -> Iterator[Finding]:
-    for s in subjects:
-        yield audit(service, s)
 
 
 @dataclass(slots=True)

@@ -191,10 +191,10 @@ def paginated(api: k8s.ApiClient, kind: Kind, namespace: str | None = None, labe
         cont = ((body.get("metadata") or {}).get("continue") or None) if isinstance(body, dict) else None
         del body
         for obj in items:
-            if isinstance(obj, dict):
+            if isinstance(obj, dict):  # a list's items are objects; anything else is no object to give
                 obj["kind"], obj["apiVersion"] = kind.kind, kind.api_version
-            given += 1
-            yield obj
+                given += 1
+                yield obj
         del items
         if not cont:
             return

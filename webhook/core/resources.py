@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -150,6 +150,11 @@ def resource_list_path(field: str, index: int, kind: str) -> str:
     if field == "overhead":
         return "spec.overhead"
     return f"spec.{field}[{index}].resources.{kind}"
+
+
+def names_batch(lists: Iterable[ResourceList]) -> bool:
+    """Whether any requests, limits or overhead (``resource_lists``) names a batch resource, by either protocol."""
+    return any(name in values for *_, values in lists for name in BATCH_NAMES)
 
 
 def asks(raw: object) -> bool:

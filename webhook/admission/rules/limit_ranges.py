@@ -14,7 +14,7 @@ from webhook.admission.context import MutatingContext
 from webhook.admission.domain.limit_range import unmet_constraints
 from webhook.admission.response import Denial, forbidden
 from webhook.admission.review import AdmissionRequest
-from webhook.core.resources import BATCH_NAMES, resource_lists
+from webhook.core.resources import names_batch, resource_lists
 
 NAME = "limit-ranges"
 
@@ -31,8 +31,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
             ctx.note(NAME, f"no LimitRange in {ns}")
         return None
     spec = ctx.pod.get("spec")
-    if not any(name in values for *_, values in resource_lists(spec if isinstance(spec, dict) else {})
-               for name in BATCH_NAMES):
+    if not names_batch(resource_lists(spec if isinstance(spec, dict) else {})):
         ctx.note(NAME, "the pod holds no batch resources: LimitRanger's own checks apply as ever")
         return None
     for lr in ranges:

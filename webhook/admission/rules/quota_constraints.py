@@ -16,17 +16,13 @@ from webhook.admission.context import ValidatingContext
 from webhook.admission.domain.quota import constraints_text, refusing_quota
 from webhook.admission.response import Denial, forbidden
 from webhook.admission.review import AdmissionRequest
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_NAMES
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, names_batch
 
 NAME = "quota-constraints"
 
 
 def handles(request: AdmissionRequest) -> bool:
     return request.is_pod and request.operation == "CREATE"
-
-
-def _holds_batch(ctx: ValidatingContext) -> bool:
-    return any(name in values for *_, values in ctx.resource_lists for name in BATCH_NAMES)
 
 
 def validate(ctx: ValidatingContext) -> Denial | None:
@@ -39,7 +35,7 @@ def validate(ctx: ValidatingContext) -> Denial | None:
         return None
     quota, missing = found
     message = f"failed quota: {quota}: {constraints_text(missing)}"
-    if _holds_batch(ctx):
+    if names_batch(ctx.resource_lists):
         message += (f" (this pod asks for {BATCH_CPU}/{BATCH_MEMORY} instead of cpu/memory, as a colocation "
                     f"profile's batch conversion writes them; quota {quota} in namespace {ns} constrains "
                     f"{', '.join(missing)}, which a batch pod cannot set: constrain requests.{BATCH_CPU} and "
