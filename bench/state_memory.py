@@ -34,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 from bench.soak import rss_kib  # noqa: E402
 from bench.webhook_load import free_port  # noqa: E402
 from tests.apiserver import Received, ReplayAPIServer  # noqa: E402
+from webhook.tls.certs import generate  # noqa: E402
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 MANAGED = [{"manager": "kubectl-client-side-apply", "operation": "Update", "apiVersion": "v1",
@@ -132,9 +133,11 @@ def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
     """(seconds until ready, resident MiB once quiet)."""
     with tempfile.TemporaryDirectory() as tmp, cluster(Path(tmp), n_ns, n_profiles, n_classes) as config:
         port = free_port()
+        # As the Deployment runs it: the pair given (a Secret), not made by serve.
+        pair = generate(Path(tmp) / "certs", ["localhost", "127.0.0.1"])
         cmd = [sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
-               "--metrics-port", "0", "--cert-dir", str(Path(tmp) / "certs"), "--drain-delay", "0",
-               "--kubeconfig", str(config)]
+               "--metrics-port", "0", "--tls-cert-file", str(pair.cert), "--tls-private-key-file", str(pair.key),
+               "--drain-delay", "0", "--kubeconfig", str(config)]
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                 env={**os.environ, "PYTHONPATH": str(ROOT)})
@@ -142,7 +145,7 @@ def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
             ready = None
             while time.monotonic() - started < 120:
                 try:
-                    ctx = ssl.create_default_context(cafile=str(Path(tmp) / "certs" / "ca.crt"))
+                    ctx = ssl.create_default_context(cafile=str(pair.ca_cert))
                     with urllib.request.urlopen(f"https://127.0.0.1:{port}/readyz", context=ctx, timeout=2) as r:
                         if r.status == 200:
                             ready = time.monotonic() - started

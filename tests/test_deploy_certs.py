@@ -30,7 +30,8 @@ from webhook.admission.app import create_app
 from webhook.cli.webhook import main
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 from webhook.tls.certs import CertPaths, CertsError, check_pair, generate, service_names
-from webhook.tls.watch import CertWatcher, WatchingServer
+from webhook.tls.pair import served
+from webhook.tls.watch import CertWatcher, WatchingServer, pair_unusable
 
 SERVICE_NAMES = ["colocation-webhook", "colocation-webhook.koordinator-system",
                  "colocation-webhook.koordinator-system.svc",
@@ -147,6 +148,32 @@ def test_check_pair() -> None:
         with pytest.raises(CertsError, match=error):
             check_pair(cert, key)
         assert name
+
+
+def test_openssl_alone_checks_a_pair_as_check_pair_does(tmp_path: Path) -> None:
+    """serve checks its pair without loading cryptography (webhook.tls.pair): OpenSSL must refuse what check_pair
+    refuses, give the same expiry and serial, and a refused pair is still explained in check_pair's words."""
+    good_cert, good_key = _self_signed(-1, 1)
+    _other_cert, other_key = _self_signed(-1, 1)
+    cases = [("key of another cert", good_cert, other_key, "does not match"),
+             ("garbage certificate", b"nope", good_key, "certificate does not parse"),
+             ("garbage key", good_cert, b"nope", "private key does not parse"),
+             ("expired", *_self_signed(-3, -1), "not valid now"),
+             ("not yet valid", *_self_signed(1, 3), "not valid now")]
+    for name, cert, key, error in [("good", good_cert, good_key, None), *cases]:
+        (tmp_path / "c.pem").write_bytes(cert)
+        (tmp_path / "k.pem").write_bytes(key)
+        reason = pair_unusable(tmp_path / "c.pem", tmp_path / "k.pem")
+        if error is None:
+            assert reason is None
+            leaf = x509.load_pem_x509_certificate(cert)
+            got = served(str(tmp_path / "c.pem"), str(tmp_path / "k.pem"), cert)
+            assert got.not_after == leaf.not_valid_after_utc.replace(microsecond=0).timestamp()
+            assert int(got.serial, 16) == leaf.serial_number
+            continue
+        with pytest.raises((ssl.SSLError, ValueError)):
+            served(str(tmp_path / "c.pem"), str(tmp_path / "k.pem"), cert)
+        assert reason is not None and error in reason, name
 
 
 # -- hot reload over real HTTPS ---------------------------------------------------------------------

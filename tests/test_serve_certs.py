@@ -160,3 +160,32 @@ def test_certs_generate_keeps_an_expired_pair_for_other_names_without_force(tmp_
     assert (tmp_path / "tls.key").read_bytes() == key
     assert _generate(tmp_path, "--force") == 0
     assert (tmp_path / "tls.key").read_bytes() != key
+
+
+def test_serve_with_a_given_pair_does_not_load_cryptography(tmp_path: Path) -> None:
+    """The Deployment's shape (--tls-cert-file from a Secret): the pair is checked by OpenSSL alone, so the 9 MiB
+    of cryptography stay out of the process (bench/state_memory.py); it is loaded only to make or explain a pair."""
+    paths = generate(tmp_path, ["localhost", "127.0.0.1"])
+    port = free_port()
+    proc = subprocess.Popen([*CLI, "serve", "--drain-delay", "0", "--host", "127.0.0.1", "--port", str(port),
+                             "--metrics-port", "0", "--tls-cert-file", str(paths.cert),
+                             "--tls-private-key-file", str(paths.key)],
+                            cwd=tmp_path, env=ENV, stderr=subprocess.PIPE, text=True)
+    try:
+        verify = ssl.create_default_context(cafile=str(paths.ca_cert))
+        for _ in range(200):
+            try:
+                assert httpx.get(f"https://127.0.0.1:{port}/readyz", verify=verify, timeout=1).text == "ok"
+                break
+            except httpx.TransportError:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    assert proc.wait(0.1) is None, "serve exited"
+        else:
+            raise AssertionError("serve did not answer")
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "/cryptography/" not in maps
+    assert "_ssl" in maps or "libssl" in maps  # the maps are read whole: OpenSSL is there

@@ -74,7 +74,6 @@ def serve(args: argparse.Namespace) -> int:
     from webhook.admission.app import create_server
     from webhook.admission.memory import this_process
     from webhook.admission.serving import AdmissionServer
-    from webhook.tls.certs import CertsError, ensure_localhost
     from webhook.tls.policy import ClientCAError
     from webhook.tls.watch import pair_unusable, wait_for_pair
 
@@ -102,6 +101,8 @@ def serve(args: argparse.Namespace) -> int:
         if (reason := pair_unusable(cert, key)) is not None:
             raise UsageError(f"--tls-cert-file/--tls-private-key-file: {reason}")
     else:
+        from webhook.tls.certs import CertsError, ensure_localhost  # cryptography: only to make a pair
+
         cert_dir = args.cert_dir or DEFAULT_CERT_DIR
         try:
             paths, what = ensure_localhost(cert_dir.absolute(), args.host)

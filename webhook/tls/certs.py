@@ -22,6 +22,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from webhook.tls.pair import CertsError as CertsError  # re-exported: callers that make pairs catch it here
+
 CA_CERT, CA_KEY = "ca.crt", "ca.key"
 RENEW_BEFORE = dt.timedelta(days=7)
 
@@ -323,10 +325,6 @@ def ensure_localhost(folder: Path, host: str = "0.0.0.0") -> tuple[CertPaths, st
 
 
 # -- certs generate / ca-bundle ----------------------------------------------------------------
-class CertsError(Exception):
-    """A certificate folder that cannot be used as asked; the message says what to do."""
-
-
 def service_names(service: str, namespace: str) -> list[str]:
     """The names the apiserver may use for ``service`` in ``namespace`` (it dials ``S.NS.svc``)."""
     return [service, f"{service}.{namespace}", f"{service}.{namespace}.svc", f"{service}.{namespace}.svc.cluster.local"]

@@ -9,16 +9,17 @@ symlink, so the file names never see an event of their own.
 
 ``load_cert_chain`` runs on the server's event loop thread, between handshakes. OpenSSL drops the old
 key as soon as a new certificate is set, so a half-done load seen by a concurrent handshake (or a load
-that fails half-way) would break connections. The new pair is therefore checked twice first: with
-``cryptography`` (clear error messages) and by loading it into a scratch context (the same OpenSSL
-code), and the live context loads the very bytes that were checked (from memory files), never a file
-that may have changed in between.
+that fails half-way) would break connections. The new pair is therefore checked first, by OpenSSL in scratch
+contexts (``webhook.tls.pair``: parses, key matches, in date; ``cryptography`` is loaded only to explain a
+pair that fails), and the live context loads the very bytes that were checked (from memory files), never a
+file that may have changed in between.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime as dt
 import logging
 import os
 import signal
@@ -33,7 +34,7 @@ from types import FrameType
 import uvicorn
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from webhook.tls.certs import CertsError, check_pair
+from webhook.tls.pair import CertsError, Served, served
 
 log = logging.getLogger("webhook.tls.watch")
 logging.getLogger("watchfiles.main").setLevel(logging.WARNING)  # it logs every batch of changes at INFO
@@ -70,9 +71,8 @@ class CertWatcher:
         if pair == self._loaded:
             return False
         try:
-            leaf = check_pair(*pair)
             with _memory_files(*pair) as (cert_file, key_file):
-                ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert_file, key_file)  # scratch check
+                leaf = _checked(cert_file, key_file, *pair)
                 self.context.load_cert_chain(cert_file, key_file)
         except (CertsError, ssl.SSLError, OSError) as exc:
             self.reloads.labels("error").inc()
@@ -82,12 +82,12 @@ class CertWatcher:
             self._loaded = pair
             return False
         self._loaded = pair
-        self.expiry.set(leaf.not_valid_after_utc.timestamp())
+        self.expiry.set(leaf.not_after)
         if initial:
             return True
         self.reloads.labels("reloaded").inc()
-        log.info("reloaded the TLS certificate %s (serial %x, valid until %s)", self.cert, leaf.serial_number,
-                 leaf.not_valid_after_utc.isoformat())
+        log.info("reloaded the TLS certificate %s (serial %s, valid until %s)", self.cert, leaf.serial.lower(),
+                 dt.datetime.fromtimestamp(leaf.not_after, dt.UTC).isoformat())
         return True
 
     # -- the watch loop -----------------------------------------------------------------------
@@ -133,10 +133,22 @@ def pair_unusable(cert: Path, key: Path) -> str | None:
     except OSError as exc:
         return f"cannot read {exc.filename}: {exc.strerror}"
     try:
-        check_pair(*pair)
-    except CertsError as exc:
+        with _memory_files(*pair) as (cert_file, key_file):
+            _checked(cert_file, key_file, *pair)
+    except (CertsError, OSError) as exc:
         return f"{cert} / {key}: {exc}"
     return None
+
+
+def _checked(cert_file: str, key_file: str, cert_pem: bytes, key_pem: bytes) -> Served:
+    """The pair's expiry and serial if OpenSSL serves it and it is in date; else CertsError in plain words."""
+    try:
+        return served(cert_file, key_file, cert_pem)
+    except (ssl.SSLError, ValueError) as exc:
+        from webhook.tls.certs import check_pair  # cryptography, loaded only to say what is wrong
+
+        check_pair(cert_pem, key_pem)
+        raise CertsError(f"OpenSSL refuses it: {exc}") from None
 
 
 def wait_for_pair(cert: Path, key: Path, poll_seconds: float = 1.0, stop: threading.Event | None = None) -> bool:
