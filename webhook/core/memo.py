@@ -48,7 +48,10 @@ def memo(fn: Callable[[A], R]) -> Memo[A, R]:
     def remembered(raw: A, /) -> R:
         key: Any = raw
         try:
-            return cast(R, entries[key])  # a text hit; an unhashable raw raises TypeError, a number misses
+            # a text hit; an unhashable raw raises TypeError, a number misses. Typed by assignment, not cast():
+            # a call of its own on every hit of the hot path (34 a review).
+            hit: R = entries[key]
+            return hit
         except (KeyError, TypeError):
             pass
         value = fn(raw)
