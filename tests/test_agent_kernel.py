@@ -123,10 +123,13 @@ def test_cpu_quota_is_written_and_a_busy_loop_is_throttled(cg: RealCgroupRoot) -
     assert cg.read("cpu", BE_POD, "cpu.cfs_quota_us") == "20000"
     assert cg.read("cpu", BE_CTR, "cpu.shares") == "204"
 
-    def stat() -> dict[str, int]:
-        return {k: int(v) for k, v in (line.split() for line in cg.read("cpu", BE_CTR, "cpu.stat").splitlines())}
+    def throttled_periods() -> int:
+        # The pod and its container hold the same quota: the kernel throttles the loop at whichever of the two
+        # runs out first in a period (it varies from run to run), and counts it there.
+        return sum(int(line.split()[1]) for folder in (BE_POD, BE_CTR)
+                   for line in cg.read("cpu", folder, "cpu.stat").splitlines() if line.startswith("nr_throttled "))
 
-    throttled = stat()["nr_throttled"]
+    throttled = throttled_periods()
     usage = int(cg.read("cpuacct", BE_CTR, "cpuacct.usage"))
     started = time.monotonic()
     child = cg.spawn(BE_CTR, "import time\nt = time.monotonic() + 1.0\nwhile time.monotonic() < t: pass\n")
@@ -134,8 +137,8 @@ def test_cpu_quota_is_written_and_a_busy_loop_is_throttled(cg: RealCgroupRoot) -
     wall = time.monotonic() - started
     used = (int(cg.read("cpuacct", BE_CTR, "cpuacct.usage")) - usage) / 1e9
     print(f"\nbusy loop under a 200m quota: {used:.3f} s CPU in {wall:.3f} s, "
-          f"nr_throttled +{stat()['nr_throttled'] - throttled}")
-    assert stat()["nr_throttled"] > throttled
+          f"nr_throttled +{throttled_periods() - throttled}")
+    assert throttled_periods() > throttled
     assert used <= 0.2 * wall * 1.1
 
 
