@@ -17,7 +17,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 @pytest.mark.parametrize(("script", "args", "printed"), [
     ("state_churn.py", ["--namespaces", "50", "--quotas", "20", "--profiles", "10", "--classes", "10",
                         "--events", "200", "--seconds", "0.4"], "events: quota status"),
-    ("asgi_inprocess.py", ["--rounds", "5"], "webhook /mutate"),
+    ("asgi_inprocess.py", ["--rounds", "5"], "edge    /validate"),
     ("chain.py", ["--rounds", "3", "--batches", "1"], "µs"),
     ("memo.py", ["--rounds", "3", "--repeats", "1"], "µs"),
     ("state_memory.py", ["--sizes", "20", "--profiles", "5", "--classes", "5"], "MiB"),  # serve, as deployed
