@@ -12,14 +12,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from webhook.admission.domain.quota import as_object
 from webhook.core.quantity import QuantityError, canonical
 from webhook.core.resources import CPU, MEMORY, asks, iter_containers
 
 NATIVE = (CPU, MEMORY)
-
-
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
 
 
 def _shown(raw: Any) -> str:
@@ -31,7 +28,7 @@ def _shown(raw: Any) -> str:
 
 def _unmet(kind: str, name: str, item: dict[str, Any], has_request: bool, has_limit: bool) -> list[str]:
     errors = []
-    minimum, maximum, ratio = (_obj(item.get(k)).get(name) for k in ("min", "max", "maxLimitRequestRatio"))
+    minimum, maximum, ratio = (as_object(item.get(k)).get(name) for k in ("min", "max", "maxLimitRequestRatio"))
     if minimum is not None and not has_request:
         errors.append(f"minimum {name} usage per {kind} is {_shown(minimum)}.  No request is specified")
     if maximum is not None and not has_limit:
@@ -46,16 +43,16 @@ def _unmet(kind: str, name: str, item: dict[str, Any], has_request: bool, has_li
 
 
 def _names(resources: Any, kind: str) -> set[str]:
-    values = _obj(_obj(resources).get(kind))
+    values = as_object(as_object(resources).get(kind))
     return {n for n in NATIVE if n in values and asks(values[n])}
 
 
 def unmet_constraints(pod: dict[str, Any], limit_range: dict[str, Any]) -> list[str]:
     """LimitRanger's texts for the cpu and memory constraints of ``limit_range`` that the pod cannot meet
     because it names no such request or limit; empty when there are none."""
-    containers = [c for _, _, c in iter_containers(_obj(pod.get("spec")))]
+    containers = [c for _, _, c in iter_containers(as_object(pod.get("spec")))]
     errors: list[str] = []
-    for item in _obj(limit_range.get("spec")).get("limits") or ():
+    for item in as_object(limit_range.get("spec")).get("limits") or ():
         if not isinstance(item, dict):
             continue
         if item.get("type") == "Container":

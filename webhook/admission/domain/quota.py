@@ -99,17 +99,17 @@ def matching_scopes(pod: dict[str, Any], requirements: Iterable[dict[str, Any]])
 
 def quota_scope_selectors(quota: dict[str, Any]) -> list[dict[str, Any]]:
     """``spec.scopes`` (each as Exists) then ``spec.scopeSelector.matchExpressions``."""
-    spec = _obj(quota.get("spec"))
+    spec = as_object(quota.get("spec"))
     scopes = spec.get("scopes")
     out = [{"scopeName": s, "operator": "Exists"} for s in (scopes if isinstance(scopes, list) else [])
            if isinstance(s, str)]
-    exprs = _obj(spec.get("scopeSelector")).get("matchExpressions")
+    exprs = as_object(spec.get("scopeSelector")).get("matchExpressions")
     out += [e for e in (exprs if isinstance(exprs, list) else []) if isinstance(e, dict)]
     return out
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    """A hand-written quota may hold anything; a non-object reads as empty."""
+def as_object(value: Any) -> dict[str, Any]:
+    """A hand-written quota or LimitRange may hold anything; a non-object reads as empty."""
     return value if isinstance(value, dict) else {}
 
 
@@ -202,8 +202,8 @@ def quota_tracked_resources(quota: dict[str, Any]) -> set[str]:
     no status yet falls back to ``spec.hard``: we only ever allow more, and the apiserver's own
     plugin still runs after us.
     """
-    status_hard = _obj(quota.get("status")).get("hard")
-    hard = status_hard if isinstance(status_hard, dict) else _obj(_obj(quota.get("spec")).get("hard"))
+    status_hard = as_object(quota.get("status")).get("hard")
+    hard = status_hard if isinstance(status_hard, dict) else as_object(as_object(quota.get("spec")).get("hard"))
     return {n for n in hard if isinstance(n, str) and (
         n in POD_QUOTA_RESOURCES or n.startswith(POD_QUOTA_PREFIXES)
         or (not _is_native(n) and n.startswith(REQUESTS_PREFIX)))}
@@ -300,8 +300,8 @@ CONSTRAINED = ("cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu",
 
 def _container_names(resources: Any) -> set[str]:
     """``podComputeUsageHelper``'s names for the constrained resources a container sets."""
-    res = _obj(resources)
-    requests, limits = _obj(res.get("requests")), _obj(res.get("limits"))
+    res = as_object(resources)
+    requests, limits = as_object(res.get("requests")), as_object(res.get("limits"))
     out = set()
     for name in ("cpu", "memory"):
         if name in requests:
@@ -317,7 +317,7 @@ def missing_constraints(quota: dict[str, Any], pod: dict[str, Any]) -> dict[str,
     required = set(CONSTRAINED) & quota_tracked_resources(quota)
     if not required:
         return {}
-    spec = _obj(pod.get("spec"))
+    spec = as_object(pod.get("spec"))
     missing: dict[str, set[str]] = {}
     for field_name in ("containers", "initContainers"):
         for c in spec.get(field_name) or ():
@@ -337,10 +337,10 @@ def refusing_quota(pod: dict[str, Any], quotas: Iterable[dict[str, Any]]) -> tup
 
     Upstream checks the quotas in its informer's order and reports the first that fails; by name is the same
     verdict, and the same quota every time."""
-    for quota in sorted(quotas, key=lambda q: str(_obj(q.get("metadata")).get("name", ""))):
+    for quota in sorted(quotas, key=lambda q: str(as_object(q.get("metadata")).get("name", ""))):
         if not quota_matches_pod(quota, pod):
             continue
         missing = missing_constraints(quota, pod)
         if missing:
-            return str(_obj(quota.get("metadata")).get("name", "")), missing
+            return str(as_object(quota.get("metadata")).get("name", "")), missing
     return None
