@@ -74,7 +74,7 @@ def _begin(rules: tuple[Any, ...], request: AdmissionRequest, settings: Settings
                        for r in rules if r not in active)
     if not active:
         return Decision()
-    obj = request.object
+    obj: Any = request.object
     if not isinstance(obj, dict):
         return errored(400, f"request.object must be a {request.kind.kind or 'Pod'} object for "
                             f"{request.operation}, got {type(obj).__name__}")
@@ -151,7 +151,6 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
     patch_rules: dict[str, int] = {}
     for n in range(1, MAX_PASSES + 1):
         earlier = dict(ctx.audit_annotations)
-        ctx.rerun_reason = None
         denial = _run(steps, ctx, patch.ops, patch_rules)
         if denial is not None:
             return denial
@@ -159,9 +158,10 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
             now = ctx.audit_annotations.get(key)
             if now != value:
                 ctx.audit_annotations[key] = f"{value}; {now}" if now else value
-        if ctx.rerun_reason is None or n == MAX_PASSES:
+        reason = ctx.take_rerun()
+        if reason is None or n == MAX_PASSES:
             break
-        ctx.note("chain", f"pass {n + 1}: {ctx.rerun_reason}")
+        ctx.note("chain", f"pass {n + 1}: {reason}")
     # Ops of different rules can cancel out (a profile's patch adds cpu, batch-resources removes it); a
     # patch that leaves the object as it was is no patch, so a reinvocation stays a no-op. pod == obj
     # first: copy on write shares every untouched subtree, so it is the cheap test. _may_cancel keeps a

@@ -113,6 +113,11 @@ class MutatingContext(_Context):
         label a profile may select on), and the answer must be its own fixpoint under reinvocation."""
         self.rerun_reason = reason
 
+    def take_rerun(self) -> str | None:
+        """The reason ``rerun`` was asked for in this pass (None: not asked), cleared for the next pass."""
+        reason, self.rerun_reason = self.rerun_reason, None
+        return reason
+
 
 @dataclass(slots=True)
 class ValidatingContext(_Context):

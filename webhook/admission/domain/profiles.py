@@ -123,8 +123,8 @@ def compile_profile(obj: dict[str, Any]) -> Profile:
         try:
             p.ns_selector = compile_selector(spec.get("namespaceSelector"), "namespaceSelector")
             p.selector = compile_selector(spec.get("selector"), "selector")
-        except SelectorError as exc:
-            raise ProfileError(str(exc)) from None
+        except SelectorError as bad:  # its own name: a compiled function types each name once
+            raise ProfileError(str(bad)) from None
         p.percent = parse_probability(spec.get("probability"))
         p.labels = _string_map(spec, "labels")
         p.annotations = _string_map(spec, "annotations")
