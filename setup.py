@@ -1,0 +1,71 @@
+"""Build: the pure core and the admission rules compiled with mypyc, everything else as plain Python.
+
+The project is described in pyproject.toml; this file only adds the compiled modules. They are listed in
+webhook/compiled.py: plain typed Python (mypy --strict clean) that mypyc compiles to C extensions, which answers a
+review's rules about 1.6 times as fast (docs/benchmarks.md). The .py files stay in the package beside them, and the
+same sources run as plain Python wherever they are not compiled:
+
+- ``COLOCATION_WEBHOOK_COMPILE=0 pip install ...`` builds plain Python on purpose;
+- without a C compiler or the Python headers (``python3-dev``) the build says so and is plain Python.
+
+An editable install (``pip install -e .``) compiles into the source tree (``webhook/**/*.so``): after changing a
+compiled module, run the install again (importing ``webhook`` from a tree whose compiled modules are older than
+their sources fails, naming them).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+import sysconfig
+from pathlib import Path
+
+from setuptools import setup
+
+ROOT = Path(__file__).resolve().parent
+# The one list of what is compiled, read from its file: importing the package would run its check of an earlier
+# build, which this build is about to replace.
+_spec = importlib.util.spec_from_file_location("_compiled", ROOT / "webhook" / "compiled.py")
+assert _spec is not None and _spec.loader is not None
+_compiled = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_compiled)
+COMPILED_MODULES, SWITCH, module_path = _compiled.COMPILED_MODULES, _compiled.SWITCH, _compiled.module_path
+
+
+def _compiler_missing() -> str | None:
+    """Why C extensions cannot be built here, or None."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(os.environ.get("CC", cc).split()[0]) is None:
+        return f"no C compiler ({cc})"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return "no Python headers (Python.h; Debian: python3-dev)"
+    return None
+
+
+def _remove_earlier_build() -> None:
+    """A plain build in a tree that was compiled in place: the extensions left there would shadow the sources."""
+    for module in COMPILED_MODULES:
+        source = ROOT / module_path(module)
+        for built in source.parent.glob(source.stem + ".*.so"):
+            built.unlink()
+    for shared in ROOT.glob("webhook_compiled__mypyc.*.so"):
+        shared.unlink()
+
+
+def ext_modules() -> list[object]:
+    why = f"{SWITCH}=0" if os.environ.get(SWITCH, "1") == "0" else _compiler_missing() or ""
+    if why:
+        print(f"colocation-webhook: {why}: the rules are built as plain Python (correct, about 1.6 times slower)",
+              file=sys.stderr)
+        _remove_earlier_build()
+        return []
+    from mypyc.build import mypycify
+
+    os.chdir(ROOT)  # mypycify takes paths relative to the project
+    return list(mypycify([module_path(m) for m in COMPILED_MODULES], opt_level="3",
+                         group_name="webhook_compiled"))
+
+
+setup(ext_modules=ext_modules())

@@ -1,0 +1,58 @@
+"""Which modules the build compiles with mypyc (setup.py), and whether a source tree's compiled modules are current.
+
+The review's hot path, all pure (plain functions over plain data, no I/O): the shared core, the admission domain,
+the rules and the chain that runs them. The edges (the server, the sources, the agent) stay plain Python: their
+time goes to I/O and libraries, not to our code. Standard library only: setup.py reads this before anything is
+installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.machinery
+from pathlib import Path
+
+SWITCH = "COLOCATION_WEBHOOK_COMPILE"  # "0": build plain Python
+PACKAGE = Path(__file__).resolve().parent
+
+_PURE_PACKAGES = ("webhook.core", "webhook.admission.domain", "webhook.admission.rules")
+_MODULES = ("webhook.admission.chain", "webhook.admission.context")
+
+
+def module_path(module: str) -> str:
+    """``webhook.core.quantity`` -> ``webhook/core/quantity.py`` (relative to the project)."""
+    return module.replace(".", "/") + ".py"
+
+
+def _compiled_modules() -> tuple[str, ...]:
+    found: list[str] = []
+    for package in _PURE_PACKAGES:
+        folder = PACKAGE.parent / package.replace(".", "/")
+        found += sorted(f"{package}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__")
+    return (*found, *_MODULES)
+
+
+COMPILED_MODULES = _compiled_modules()
+
+
+def stale_modules(package: Path = PACKAGE) -> list[str]:
+    """The compiled modules of a source tree (``package`` beside a setup.py) whose source changed after the
+    build, as ``webhook/core/quantity.py``. Python imports the extension before the .py beside it, so these
+    would run the code as it was at the build. An installed package (no setup.py beside it) is never stale:
+    an installer writes its files in any order."""
+    if not (package.parent / "setup.py").is_file():
+        return []
+    stale: list[str] = []
+    for module in COMPILED_MODULES:
+        source = package.parent / module_path(module)
+        for suffix in importlib.machinery.EXTENSION_SUFFIXES:
+            built = source.with_name(source.stem + suffix)
+            if built.is_file() and source.is_file() and source.stat().st_mtime > built.stat().st_mtime:
+                stale.append(module_path(module))
+                break
+    return stale
+
+
+def is_compiled(module: str) -> bool:
+    """Whether ``module`` (imported here if it was not) runs as a compiled extension."""
+    return not str(getattr(importlib.import_module(module), "__file__", "")).endswith(".py")
