@@ -318,6 +318,7 @@ class NamespaceProfiles:
         # label cannot change what they do.
         self.label_keys_read = frozenset(self.by_key).union(
             *(profiles[i].label_keys_mapping.keys() | profiles[i].label_suffixes.keys() for i in candidates))
+        self.draws = any(profiles[i].percent < 100 for i in candidates)  # whether the pod's draw can matter
 
     def _passes(self, i: int, labels: Mapping[str, str], draw: int) -> bool:
         return draw < self.profiles[i].percent and self._selector[i].matches(labels)

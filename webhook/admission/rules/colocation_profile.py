@@ -46,9 +46,8 @@ def admit(ctx: MutatingContext) -> Denial | None:
     ns = ctx.namespace
     ns_labels = ctx.state.namespace_labels(ns)
     identity = ctx.identity
-    draw = probability_draw(ns, identity)
     if ctx.explain is not None:
-        _explain(ctx, pset, ns, ns_labels, draw, identity)
+        _explain(ctx, pset, ns, ns_labels, probability_draw(ns, identity), identity)
     if ns_labels is None:
         ctx.warn(f"namespace {ns} is not in the webhook's cluster state; no colocation profile applied")
         return None
@@ -56,6 +55,8 @@ def admit(ctx: MutatingContext) -> Denial | None:
     ctx.facts.profile_label_keys = view.label_keys_read
     for p in view.broken:
         ctx.warn(f"colocation profile {p.name} ignored: {p.error}")
+    # Only a probability under 100 % reads the draw (any draw passes 100 %): most pods need no hash.
+    draw = probability_draw(ns, identity) if view.draws else 0
     try:
         res = resolve(view, ctx.pod, draw, ctx.state.priority_class)
     except ApplyError as exc:  # the chain notes the denial for --explain
