@@ -17,9 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import sys
-import sysconfig
 from pathlib import Path
 
 from setuptools import setup
@@ -32,16 +30,7 @@ assert _spec is not None and _spec.loader is not None
 _compiled = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_compiled)
 COMPILED_MODULES, SWITCH, module_path = _compiled.COMPILED_MODULES, _compiled.SWITCH, _compiled.module_path
-
-
-def _compiler_missing() -> str | None:
-    """Why C extensions cannot be built here, or None."""
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if shutil.which(os.environ.get("CC", cc).split()[0]) is None:
-        return f"no C compiler ({cc})"
-    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
-        return "no Python headers (Python.h; Debian: python3-dev)"
-    return None
+compiler_missing = _compiled.compiler_missing
 
 
 def _remove_earlier_build() -> None:
@@ -55,7 +44,7 @@ def _remove_earlier_build() -> None:
 
 
 def ext_modules() -> list[object]:
-    why = f"{SWITCH}=0" if os.environ.get(SWITCH, "1") == "0" else _compiler_missing() or ""
+    why = f"{SWITCH}=0" if os.environ.get(SWITCH, "1") == "0" else compiler_missing() or ""
     if why:
         print(f"colocation-webhook: {why}: the rules are built as plain Python (correct, about 1.6 times slower)",
               file=sys.stderr)

@@ -1,4 +1,5 @@
-"""Which modules the build compiles with mypyc (setup.py), and whether a source tree's compiled modules are current.
+"""Which modules the build compiles with mypyc (setup.py), whether this machine can, and whether a source tree's
+compiled modules are current.
 
 The review's hot path, all pure (plain functions over plain data, no I/O): the shared core, the admission domain,
 the rules and the chain that runs them. The edges (the server, the sources, the agent) stay plain Python: their
@@ -10,6 +11,9 @@ from __future__ import annotations
 
 import importlib
 import importlib.machinery
+import os
+import shutil
+import sysconfig
 from pathlib import Path
 
 SWITCH = "COLOCATION_WEBHOOK_COMPILE"  # "0": build plain Python
@@ -17,6 +21,16 @@ PACKAGE = Path(__file__).resolve().parent
 
 _PURE_PACKAGES = ("webhook.core", "webhook.admission.domain", "webhook.admission.rules")
 _MODULES = ("webhook.admission.chain", "webhook.admission.context")
+
+
+def compiler_missing() -> str | None:
+    """Why C extensions cannot be built here (no C compiler, no Python headers), or None."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(os.environ.get("CC", cc).split()[0]) is None:
+        return f"no C compiler ({os.environ.get('CC', cc)})"
+    if not (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        return "no Python headers (Python.h; Debian: python3-dev)"
+    return None
 
 
 def module_path(module: str) -> str:
