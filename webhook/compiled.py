@@ -38,15 +38,16 @@ def module_path(module: str) -> str:
     return module.replace(".", "/") + ".py"
 
 
-def _compiled_modules() -> tuple[str, ...]:
+def compiled_modules(package: Path = PACKAGE) -> tuple[str, ...]:
+    """The modules the build compiles, found in ``package``: every module of the pure packages, and the chain."""
     found: list[str] = []
-    for package in _PURE_PACKAGES:
-        folder = PACKAGE.parent / package.replace(".", "/")
-        found += sorted(f"{package}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__")
+    for name in _PURE_PACKAGES:
+        folder = package.parent / name.replace(".", "/")
+        found += sorted(f"{name}.{p.stem}" for p in folder.glob("*.py") if p.stem != "__init__")
     return (*found, *_MODULES)
 
 
-COMPILED_MODULES = _compiled_modules()
+COMPILED_MODULES = compiled_modules()
 
 
 def stale_modules(package: Path = PACKAGE) -> list[str]:
@@ -57,7 +58,7 @@ def stale_modules(package: Path = PACKAGE) -> list[str]:
     if not (package.parent / "setup.py").is_file():
         return []
     stale: list[str] = []
-    for module in COMPILED_MODULES:
+    for module in compiled_modules(package):
         source = package.parent / module_path(module)
         for suffix in importlib.machinery.EXTENSION_SUFFIXES:
             built = source.with_name(source.stem + suffix)
