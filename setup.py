@@ -43,7 +43,14 @@ def _remove_earlier_build() -> None:
         shared.unlink()
 
 
+# The commands that build. pip runs this file once per step (its requirements, the metadata, then the wheel), and
+# mypycify type-checks and translates every module each time it is called (~10 s): only these get the extensions.
+BUILDS = {"build", "build_ext", "bdist_wheel", "editable_wheel", "install", "develop"}
+
+
 def ext_modules() -> list[object]:
+    if not BUILDS & set(sys.argv[1:]):
+        return []
     why = f"{SWITCH}=0" if os.environ.get(SWITCH, "1") == "0" else compiler_missing() or ""
     if why:
         print(f"colocation-webhook: {why}: the rules are built as plain Python (correct, about 1.6 times slower)",
