@@ -283,7 +283,10 @@ class AdmissionServer(WatchingServer):
         now = asyncio.get_running_loop().time()
         for connection in (*self.server_state.connections, *self._metrics_state.connections):
             if isinstance(connection, GuardedProtocol):
-                connection.check_deadline(now)
+                try:
+                    connection.check_deadline(now)
+                except Exception:  # one connection's failure must not end the server's loop
+                    log.exception("ending a connection past its read deadline failed")
         if not self._state_frozen and self._state.ready:
             # The synced cluster state lives until the process ends (its objects are replaced one by one, and
             # reference counting frees those): out of the cyclic collector's sight, a full collection no longer
