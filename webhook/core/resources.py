@@ -189,6 +189,12 @@ def quantity_errors(lists: list[ResourceList]) -> list[str]:
     return errors
 
 
+def as_object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a map, else an empty one: a field of a hand-written object (a pod, a quota, a
+    LimitRange) may hold anything, and a rule reads a non-object as absent."""
+    return value if isinstance(value, dict) else {}
+
+
 def _is_map(value: object) -> bool:
     """A map, or absent (JSON null decodes as absent); ``[]``, ``""`` or ``0`` are not."""
     return value is None or type(value) is dict

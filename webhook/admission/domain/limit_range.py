@@ -12,9 +12,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.admission.domain.quota import as_object
 from webhook.core.quantity import QuantityError, canonical
-from webhook.core.resources import CPU, MEMORY, asks, iter_containers
+from webhook.core.resources import CPU, MEMORY, as_object, asks, iter_containers
 
 NATIVE = (CPU, MEMORY)
 

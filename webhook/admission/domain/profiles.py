@@ -20,7 +20,7 @@ from typing import Any
 from webhook.admission.domain.strategic_merge import StrategicMergeError, clone, merge
 from webhook.core.priority import SUB_PRIORITY_LABEL, preemption_policy_of
 from webhook.core.qos import KOORD_QOS_CLASSES, QOS_LABEL
-from webhook.core.resources import pod_shape_error
+from webhook.core.resources import as_object, pod_shape_error
 from webhook.core.selectors import CompiledSelector, SelectorError, compile_selector, describe_selector
 
 SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
@@ -106,14 +106,9 @@ class Profile:
         return spec if isinstance(spec, dict) else {}
 
 
-def _map(obj: Mapping[str, Any], key: str) -> dict[str, Any]:
-    value = obj.get(key)
-    return value if isinstance(value, dict) else {}
-
-
 def compile_profile(obj: dict[str, Any]) -> Profile:
     """Check every field once; a bad one leaves ``error`` set and the profile never matches."""
-    meta = _map(obj, "metadata")
+    meta = as_object(obj.get("metadata"))
     p = Profile(name=str(meta.get("name") or ""), obj=obj)
     p.skip_update_resources = SKIP_UPDATE_RESOURCES in (meta.get("annotations") or {})
     spec = obj.get("spec", {})
@@ -183,7 +178,7 @@ def _append_suffix(value: str, suffix: str, tail: str) -> str:
 def apply_profile(pod: dict[str, Any], p: Profile, lookup_class: Callable[[str], dict[str, Any] | None],
                   tail: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The pod after one profile, in Koordinator's order (koordinator.md §2.4). Raises ApplyError."""
-    meta = _map(pod, "metadata")
+    meta = as_object(pod.get("metadata"))
     labels = dict(meta.get("labels") or {})
     annotations = dict(meta.get("annotations") or {})
     labels.update(p.labels)
@@ -237,7 +232,7 @@ def apply_profile(pod: dict[str, Any], p: Profile, lookup_class: Callable[[str],
 def _check_patched(pod: dict[str, Any], out: dict[str, Any]) -> None:
     """A patch may not move or rename the pod, nor leave one the API could not hold: what it gives is
     checked, not only its keys (``$patch: delete``/``replace`` and nulls remove fields too)."""
-    before, after = _map(pod, "metadata"), _map(out, "metadata")
+    before, after = as_object(pod.get("metadata")), as_object(out.get("metadata"))
     for f in _IDENTITY_FIELDS:
         if before.get(f) != after.get(f):
             raise ApplyError(f"patch: a profile may not change the pod's {f}")

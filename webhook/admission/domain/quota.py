@@ -16,7 +16,7 @@ from typing import Any
 
 from webhook.core.qos import is_terminal, kube_qos_class
 from webhook.core.quantity import QuantityError, parse_quantity
-from webhook.core.resources import CPU, MEMORY, pod_requests
+from webhook.core.resources import CPU, MEMORY, as_object, pod_requests
 from webhook.core.selectors import expression_matches
 
 SCOPE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -106,11 +106,6 @@ def quota_scope_selectors(quota: dict[str, Any]) -> list[dict[str, Any]]:
     exprs = as_object(spec.get("scopeSelector")).get("matchExpressions")
     out += [e for e in (exprs if isinstance(exprs, list) else []) if isinstance(e, dict)]
     return out
-
-
-def as_object(value: Any) -> dict[str, Any]:
-    """A hand-written quota or LimitRange may hold anything; a non-object reads as empty."""
-    return value if isinstance(value, dict) else {}
 
 
 def uncovered_scopes(limited: list[dict[str, Any]], covered: list[dict[str, Any]]) -> list[dict[str, Any]]:
