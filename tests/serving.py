@@ -9,7 +9,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +17,7 @@ import httpx
 
 from webhook.admission import chain
 from webhook.admission.app import create_server
-from webhook.admission.asgi import EdgePolicy, ServeOptions
+from webhook.admission.asgi import EdgePolicy, Middleware, ServeOptions
 from webhook.admission.serving import AdmissionServer
 from webhook.cluster.state import ClusterState
 from webhook.tls.certs import CertPaths, ensure_localhost
@@ -54,12 +54,15 @@ class Server:
 @contextlib.contextmanager
 def run_server(state: ClusterState, cert_dir: Path, settings: chain.Settings | None = None,
                policy: EdgePolicy | None = None, options: ServeOptions | None = None,
-               client_ca: Path | None = None, openapi: bool = False) -> Iterator[Server]:
+               client_ca: Path | None = None, openapi: bool = False, middleware: Sequence[Middleware] = (),
+               keep_alive: float | None = None) -> Iterator[Server]:
     certs, _ = ensure_localhost(cert_dir)
     options = dataclasses.replace(options or ServeOptions(), host="127.0.0.1", port=free_port(),
                                   metrics_port=free_port())
-    server = AdmissionServer(create_server(state, settings, policy=policy, openapi=openapi), options, certs.cert,
-                             certs.key, client_ca, watch_certs=False)
+    server = AdmissionServer(create_server(state, settings, policy=policy, openapi=openapi, middleware=middleware),
+                             options, certs.cert, certs.key, client_ca, watch_certs=False)
+    if keep_alive is not None:  # uvicorn's --timeout-keep-alive (5 s), which each connection reads as it opens
+        server.config.timeout_keep_alive = keep_alive
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

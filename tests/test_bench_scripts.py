@@ -18,6 +18,7 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
     ("state_churn.py", ["--namespaces", "50", "--quotas", "20", "--profiles", "10", "--classes", "10",
                         "--events", "200", "--seconds", "0.4"], "events: quota status"),
     ("asgi_inprocess.py", ["--rounds", "5"], "edge    /validate"),
+    ("protocol_inprocess.py", ["--rounds", "5"], "webhook /validate"),
     ("chain.py", ["--rounds", "3", "--batches", "1"], "µs"),
     ("memo.py", ["--rounds", "3", "--repeats", "1"], "µs"),
     ("state_memory.py", ["--sizes", "20", "--profiles", "5", "--classes", "5"], "MiB"),  # serve, as deployed

@@ -23,7 +23,7 @@ import asyncio
 import ctypes
 import logging
 import time
-from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -82,14 +82,14 @@ def _too_large(length: int | None) -> Answer:
     return Answer(413, error_body(413, f"request body is {size}larger than the {MAX_BODY_BYTES} byte limit"))
 
 
-def _content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
+def content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
     length = next((v for k, v in headers if k == b"content-length"), None)
     return int(length) if length is not None and length.isdigit() else None
 
 
 async def read_body(headers: Sequence[tuple[bytes, bytes]], receive: Receive) -> bytes | Answer | None:
     """The request body, read under the size limit; a 413 Answer past it; None when the client went away."""
-    length = _content_length(headers)
+    length = content_length(headers)
     if length is not None and length > MAX_BODY_BYTES:
         return _too_large(length)
     chunks, size, more = [], 0, True
@@ -118,7 +118,11 @@ def client_certificate_error(scope: Scope) -> str | None:
     """Why the connection's client certificate does not do, when the server asks for one (``--client-ca-file``;
     a certificate that does not verify fails the handshake, so what is left is one not given): the ASGI TLS
     extension's ``client_cert_error``, which ``webhook.admission.serving`` fills in."""
-    tls = scope.get("extensions", {}).get("tls")
+    return certificate_error(scope.get("extensions", {}).get("tls"))
+
+
+def certificate_error(tls: Mapping[Any, Any] | None) -> str | None:
+    """``client_certificate_error`` of the connection's ASGI TLS extension itself (None on plain HTTP)."""
     return tls.get("client_cert_error") if tls else None
 
 
@@ -164,19 +168,12 @@ class ReviewDispatcher:
 
     async def _serve(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> int | None:
         """Answer one review within the policy; the status sent, or None when the client went away."""
-        policy = self.policy
-        refused = client_certificate_error(scope)
+        length = content_length(scope["headers"])
+        refused = self.refusal(client_certificate_error(scope), length)
         if refused is not None:
-            return await _send(send, Answer(403, error_body(403, f"reviews need a client certificate signed by "
-                                                                 f"the webhook's --client-ca-file: {refused}")))
-        if self.in_flight >= policy.max_in_flight:
-            return await _send(send, _busy(f"{self.in_flight} reviews are in flight, the limit (--max-in-flight)"))
-        length = _content_length(scope["headers"])
+            return await _send(send, refused)
+        policy = self.policy
         large = length is not None and length > policy.large_body_bytes
-        if large and self.large_in_flight >= policy.max_large_in_flight:
-            return await _send(send, self._large_busy())
-        if large and length is not None and (why := self._short_of_memory(length)) is not None:
-            return await _send(send, _busy(why))
         self.in_flight += 1
         self.large_in_flight += large
         size = length if large and length is not None else 0
@@ -206,6 +203,55 @@ class ReviewDispatcher:
                 self._large_sizes.remove(size)
                 if self.large_in_flight == 0:  # the burst is over: give back the memory it took
                     asyncio.get_running_loop().run_in_executor(self._executor(), self._end_burst)
+
+    def refusal(self, certificate_error: str | None, length: int | None) -> Answer | None:
+        """The answer that refuses a review before its body is read (a client certificate missing where one is
+        asked for; too many reviews, or large ones, in flight; a large one that would not fit in memory), or
+        None: it may come in. ``length``: its Content-Length, when given."""
+        policy = self.policy
+        if certificate_error is not None:
+            return Answer(403, error_body(403, f"reviews need a client certificate signed by the webhook's "
+                                               f"--client-ca-file: {certificate_error}"))
+        if self.in_flight >= policy.max_in_flight:
+            return _busy(f"{self.in_flight} reviews are in flight, the limit (--max-in-flight)")
+        if length is not None and length > policy.large_body_bytes:
+            if self.large_in_flight >= policy.max_large_in_flight:
+                return self._large_busy()
+            if (why := self._short_of_memory(length)) is not None:
+                return _busy(why)
+        return None
+
+    # -- the serving edge's path for a small review (webhook.admission.serving): the same policy and metrics as
+    # __call__, with no coroutine, task or ASGI message on the way. It enters once the headers are read and is
+    # answered once its body has arrived; one that is refused is answered at once, from ``refusal``.
+    def inline_size(self, length: int | None) -> bool:
+        """Whether a review of this Content-Length may take the inline path: known, and small (a large one goes
+        to the forked child, which only the ASGI path awaits)."""
+        return length is not None and length <= self.policy.large_body_bytes and length <= MAX_BODY_BYTES
+
+    def enter_inline(self, path: str) -> float:
+        """A small review admitted by ``refusal`` whose body is coming: counted in flight; its start time."""
+        self.in_flight += 1
+        self.service.metrics.in_flight(path).inc()
+        return time.perf_counter()
+
+    def answer_inline(self, endpoint: Endpoint, path: str, body: bytes, start: float) -> Answer:
+        """The answer to a review ``enter_inline`` admitted, whose body has arrived; counted as __call__ does."""
+        try:
+            answer = self.service.answer(endpoint, body)
+        finally:
+            self.leave_inline(path)
+        self.service.metrics.http_answered(path, answer.status, time.perf_counter() - start)
+        return answer
+
+    def leave_inline(self, path: str) -> None:
+        """A review ``enter_inline`` admitted is over (answered, or its client went away)."""
+        self.in_flight -= 1
+        self.service.metrics.in_flight(path).dec()
+
+    def refused_inline(self, path: str, answer: Answer) -> None:
+        """Count a review ``refusal`` refused on the inline path (answered at once)."""
+        self.service.metrics.http_answered(path, answer.status, 0.0)
 
     def _short_of_memory(self, body_bytes: int) -> str | None:
         """Why a large review must wait for memory (the pod's cgroup read now, and the large reviews let in), or
@@ -253,11 +299,16 @@ class ReviewDispatcher:
         return self._worker
 
 
-async def _send(send: Send, answer: Answer) -> int:
+def answer_headers(answer: Answer) -> list[tuple[bytes, bytes]]:
+    """The HTTP headers of an answer, on either path."""
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer.body)).encode())]
     if answer.status == 429:
         headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
-    await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+    return headers
+
+
+async def _send(send: Send, answer: Answer) -> int:
+    await send({"type": "http.response.start", "status": answer.status, "headers": answer_headers(answer)})
     await send({"type": "http.response.body", "body": answer.body})
     return answer.status
 

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""In-process cost of one review through each server's HTTP protocol: uvicorn's httptools protocol with the bare
+FastAPI echo, beside ``serve``'s protocol (webhook.admission.serving) with our app.
+
+Each request is the raw HTTP/1.1 bytes of a POST on a kept-alive connection, handed to the protocol as the event
+loop would (``data_received``), and the loop runs until the answer is written. No TLS and no sockets: the
+figures are the servers' own cost above the kernel and OpenSSL, which bench/webhook_load.py adds back.
+
+    PYTHONPATH=. python bench/protocol_inprocess.py [--review FILE] [--rounds 3000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import uvicorn  # noqa: E402
+import uvloop  # noqa: E402
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol  # noqa: E402
+from uvicorn.server import ServerState  # noqa: E402
+
+from bench.echo_app import app as echo  # noqa: E402
+from bench.webhook_load import DEFAULT_REVIEW  # noqa: E402
+from webhook.admission.app import create_server  # noqa: E402
+from webhook.admission.asgi import ServeOptions  # noqa: E402
+from webhook.admission.serving import GuardedProtocol  # noqa: E402
+from webhook.cluster.files import FilesSource  # noqa: E402
+from webhook.cluster.sources import example_folder  # noqa: E402
+from webhook.cluster.state import WEBHOOK_KINDS, ClusterState  # noqa: E402
+
+
+class Transport(asyncio.Transport):
+    """What a protocol writes to, kept: the answers' bytes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[bytes] = []
+        self.closing = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written.append(bytes(data))
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        return {"sockname": ("127.0.0.1", 8443), "peername": ("127.0.0.1", 40000)}.get(name, default)
+
+    def pause_reading(self) -> None:
+        pass
+
+    def resume_reading(self) -> None:
+        pass
+
+
+def request(path: str, body: bytes) -> bytes:
+    return (f"POST {path}?timeout=10s HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+            f"Accept: application/json, */*\r\nUser-Agent: kube-apiserver-admission\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+async def measure(protocol_class: type[HttpToolsProtocol], app: Any, path: str, body: bytes,
+                  rounds: int) -> tuple[float, bytes]:
+    config = uvicorn.Config(app, http=protocol_class, log_config=None, access_log=False, lifespan="off",
+                            server_header=False)
+    config.load()
+    loop = asyncio.get_running_loop()
+    protocol = protocol_class(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+    transport = Transport()
+    protocol.connection_made(transport)
+    data = request(path, body)
+
+    async def one() -> None:
+        before = len(transport.written)
+        protocol.data_received(data)
+        while not transport.written[before:] or not transport.written[-1].endswith(b"}"):
+            await asyncio.sleep(0)  # the ASGI path answers from a task: let it run
+
+    for _ in range(300):
+        await one()
+    best = float("inf")
+    for _ in range(5):
+        del transport.written[:]
+        start = time.process_time()
+        for _ in range(rounds):
+            await one()
+        best = min(best, (time.process_time() - start) / rounds)
+    return best * 1e6, transport.written[-1]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--review", type=Path, default=DEFAULT_REVIEW)
+    ap.add_argument("--rounds", type=int, default=3000)
+    args = ap.parse_args()
+    body = args.review.read_bytes()
+    state = ClusterState(WEBHOOK_KINDS)
+    FilesSource(example_folder(), state).load()
+    server = create_server(state)
+    ours = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle, server.asgi)
+    print(f"review: {args.review.name} ({len(body)} bytes); µs of CPU per request through the HTTP protocol, "
+          "best of 5 batches")
+    for path in ("/mutate", "/validate"):
+        for name, cls, app in (("echo", HttpToolsProtocol, echo), ("webhook", ours, server.asgi)):
+            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:  # the loop both servers run on
+                us, last = runner.run(measure(cls, app, path, body, args.rounds))
+            print(f"  {name:<8}{path:<10}{us:8.1f} µs   (last write {len(last)} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
