@@ -5,7 +5,9 @@ FastAPI's request and routing machinery costs about as much per review as all th
 the hot path, so they skip it. ``ReviewDispatcher`` is the outermost ASGI app ``serve`` runs: **an ASGI middleware
 that must see review requests wraps the dispatcher** (``create_server(..., middleware=[...])``); one added to the
 FastAPI app sees every other path only. The service never raises, so there is no exception for a handler to
-catch on this path.
+catch on this path. ``serve``'s HTTP protocol answers small reviews without ASGI (``webhook.admission.serving``),
+through the dispatcher's ``refusal`` and ``*_inline`` methods: the same policy and metrics, one implementation;
+with a middleware around the dispatcher, that path is off and every review comes through ``__call__``.
 
 The dispatcher also bounds what reviews may cost the process (``EdgePolicy``): past ``max_in_flight`` reviews at
 once, or ``max_large_in_flight`` large ones (a body over ``large_body_bytes``), it answers 429 with

@@ -20,6 +20,11 @@ While the server drains (``Lifecycle.draining``, from the first SIGTERM), every 
 (``Connection: close``): the apiserver's next review opens a new connection, which the updated Service routes
 to a replica that stays, instead of reusing one to this replica until it is gone.
 
+A small review (a Content-Length up to the dispatcher's ``large_body_bytes``) does not go through ASGI at all: the
+protocol lets it in through the dispatcher's policy when its headers are read, collects its body, and writes the
+review service's answer in one write when the body is complete (the inline path; see ``_take_inline`` for what
+stays on uvicorn's path). uvicorn's keep-alive timeout after such an answer is one more deadline of the tick.
+
 The protocol also puts the ASGI TLS extension into each request's scope (``client_cert_chain``,
 ``client_cert_name``, ``tls_version``), from which the dispatcher tells whether the client gave a certificate.
 
