@@ -11,10 +11,8 @@ figures are the servers' own cost above the kernel and OpenSSL, which bench/webh
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -26,14 +24,11 @@ import uvloop  # noqa: E402
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol  # noqa: E402
 from uvicorn.server import ServerState  # noqa: E402
 
+from bench.asgi_inprocess import best_per_call, review_and_state  # noqa: E402
 from bench.echo_app import app as echo  # noqa: E402
-from bench.webhook_load import DEFAULT_REVIEW  # noqa: E402
 from webhook.admission.app import create_server  # noqa: E402
 from webhook.admission.asgi import ServeOptions  # noqa: E402
 from webhook.admission.serving import GuardedProtocol  # noqa: E402
-from webhook.cluster.files import FilesSource  # noqa: E402
-from webhook.cluster.sources import example_folder  # noqa: E402
-from webhook.cluster.state import WEBHOOK_KINDS, ClusterState  # noqa: E402
 
 
 class Transport(asyncio.Transport):
@@ -81,31 +76,19 @@ async def measure(protocol_class: type[HttpToolsProtocol], app: Any, path: str, 
     data = request(path, body)
 
     async def one() -> None:
+        if len(transport.written) > 1000:
+            del transport.written[:-1]
         before = len(transport.written)
         protocol.data_received(data)
         while not transport.written[before:] or not transport.written[-1].endswith(b"}"):
             await asyncio.sleep(0)  # the ASGI path answers from a task: let it run
 
-    for _ in range(300):
-        await one()
-    best = float("inf")
-    for _ in range(5):
-        del transport.written[:]
-        start = time.process_time()
-        for _ in range(rounds):
-            await one()
-        best = min(best, (time.process_time() - start) / rounds)
-    return best * 1e6, transport.written[-1]
+    us = await best_per_call(one, rounds)
+    return us, transport.written[-1]
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--review", type=Path, default=DEFAULT_REVIEW)
-    ap.add_argument("--rounds", type=int, default=3000)
-    args = ap.parse_args()
-    body = args.review.read_bytes()
-    state = ClusterState(WEBHOOK_KINDS)
-    FilesSource(example_folder(), state).load()
+    args, body, state = review_and_state(__doc__)
     server = create_server(state)
     ours = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle, server.asgi)
     print(f"review: {args.review.name} ({len(body)} bytes); µs of CPU per request through the HTTP protocol, "

@@ -17,7 +17,7 @@ import httpx
 
 from webhook.admission import chain
 from webhook.admission.app import create_server
-from webhook.admission.asgi import EdgePolicy, Middleware, ServeOptions
+from webhook.admission.asgi import ASGIApp, EdgePolicy, Middleware, Receive, Scope, Send, ServeOptions
 from webhook.admission.serving import AdmissionServer
 from webhook.cluster.state import ClusterState
 from webhook.tls.certs import CertPaths, ensure_localhost
@@ -49,6 +49,25 @@ class Server:
 
     def metrics(self) -> str:
         return httpx.get(self.metrics_url, timeout=10).text
+
+
+def recording(seen: list[str]) -> Middleware:
+    """An ASGI middleware that notes each request it sees ("METHOD /path") in ``seen``."""
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
+            seen.append(f"{scope.get('method', '')} {scope['path']}")
+            await app(scope, receive, send)
+        return wrapped
+    return wrap
+
+
+def tls(srv: Server, timeout: float = 10) -> ssl.SSLSocket:
+    """A raw TLS connection to ``srv``, for requests no HTTP client would send."""
+    ctx = ssl.create_default_context(cafile=str(srv.certs.ca_cert))
+    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv.port), timeout=timeout),
+                           server_hostname="localhost")
+    sock.settimeout(timeout)
+    return sock
 
 
 @contextlib.contextmanager

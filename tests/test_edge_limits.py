@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import load_fixture
-from tests.serving import Server, run_server
+from tests.serving import Server, run_server, tls
 from webhook.admission import chain
 from webhook.admission.asgi import EdgePolicy, ServeOptions
 from webhook.admission.context import Settings
@@ -26,14 +26,6 @@ from webhook.admission.service import ReviewService
 from webhook.cluster.state import ClusterState
 
 REVIEW = "admission/v1-mutate-create-koord-batch-init-containers.json"
-
-
-def tls(srv: Server, timeout: float = 10) -> ssl.SSLSocket:
-    ctx = ssl.create_default_context(cafile=str(srv.certs.ca_cert))
-    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv.port), timeout=timeout),
-                           server_hostname="localhost")
-    sock.settimeout(timeout)
-    return sock
 
 
 def head(path: str, length: int) -> bytes:

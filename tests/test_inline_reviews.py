@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 import ssl
 import time
 from collections.abc import Iterator
@@ -20,22 +19,14 @@ import uvicorn
 from uvicorn.server import ServerState
 
 from tests.conftest import load_fixture
-from tests.serving import Server, run_server
+from tests.serving import Server, recording, run_server, tls
 from webhook.admission.app import create_server
-from webhook.admission.asgi import ASGIApp, EdgePolicy, Receive, Scope, Send, ServeOptions
+from webhook.admission.asgi import EdgePolicy, ServeOptions
 from webhook.admission.serving import GuardedProtocol
 from webhook.cluster.state import ClusterState
 
 REVIEW = "admission/v1-mutate-create-koord-batch-init-containers.json"
 RECORDED_HTTP = "admission/v1-mutate-create-deployment-pod.http.json"  # the headers a kube-apiserver sent
-
-
-def tls(srv: Server, timeout: float = 10) -> ssl.SSLSocket:
-    ctx = ssl.create_default_context(cafile=str(srv.certs.ca_cert))
-    sock = ctx.wrap_socket(socket.create_connection(("127.0.0.1", srv.port), timeout=timeout),
-                           server_hostname="localhost")
-    sock.settimeout(timeout)
-    return sock
 
 
 def request(path: str, body: bytes, *extra: str, method: str = "POST") -> bytes:
@@ -244,14 +235,7 @@ def test_a_review_whose_body_is_coming_at_shutdown_is_answered_then_closed(examp
 def test_a_middleware_around_the_dispatcher_sees_reviews_over_the_wire(example_state: ClusterState,
                                                                       cert_dir: Path) -> None:
     seen: list[str] = []
-
-    def recording(app: ASGIApp) -> ASGIApp:
-        async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
-            seen.append(f"{scope['method']} {scope['path']}")
-            await app(scope, receive, send)
-        return wrapped
-
-    with run_server(example_state, cert_dir, middleware=[recording]) as srv, srv.client() as c:
+    with run_server(example_state, cert_dir, middleware=[recording(seen)]) as srv, srv.client() as c:
         assert c.post("/mutate", content=review("seen")).json()["response"]["uid"] == "seen"
         assert c.get("/healthz").text == "ok"
     assert seen == ["POST /mutate", "GET /healthz"]

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import load_fixture
+from tests.serving import recording
 from webhook.admission import chain
 from webhook.admission.app import create_app, create_server
-from webhook.admission.asgi import ASGIApp, Receive, Scope, Send
+from webhook.admission.asgi import ASGIApp
 from webhook.admission.context import MutatingContext, Settings, ValidatingContext
 from webhook.admission.response import Denial
 from webhook.admission.review import AdmissionRequest, review_from_dict
@@ -125,14 +126,7 @@ def _call(app: ASGIApp, path: str, body: bytes = b"", method: str = "POST") -> t
 
 def test_middleware_given_to_create_server_sees_review_requests(example_state: ClusterState) -> None:
     seen: list[str] = []
-
-    def recording(app: ASGIApp) -> ASGIApp:
-        async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
-            seen.append(f"{scope.get('method', '')} {scope['path']}")
-            await app(scope, receive, send)
-        return wrapped
-
-    server = create_server(example_state, middleware=[recording])
+    server = create_server(example_state, middleware=[recording(seen)])
     body = json.dumps(load_fixture("admission/v1-mutate-create-plain.json")).encode()
     assert _call(server.asgi, "/mutate", body)[0] == 200
     assert _call(server.asgi, "/healthz", method="GET") == (200, b"ok")

@@ -71,7 +71,7 @@ from webhook.admission.asgi import (
 )
 from webhook.admission.metrics import Metrics
 from webhook.admission.review import REVIEW_PATHS, Endpoint
-from webhook.admission.service import Answer
+from webhook.admission.service import INTERNAL_ERROR, Answer, error_body
 from webhook.tls.policy import apply_policy
 from webhook.tls.watch import CertWatcher, WatchingServer
 
@@ -230,8 +230,13 @@ class GuardedProtocol(HttpToolsProtocol):
         self._review = None
         if review.chunks is not None:
             assert self.reviews is not None  # only it lets a review in
-            self._respond(self.reviews.answer_inline(review.endpoint, review.path, b"".join(review.chunks),
-                                                     review.start))
+            try:
+                answer = self.reviews.answer_inline(review.endpoint, review.path, b"".join(review.chunks),
+                                                    review.start)
+            except Exception:  # the service never raises; should the edge, a 500 as uvicorn gives for an app
+                log.exception("answering a review on %s failed", review.path)
+                answer = Answer(500, error_body(500, INTERNAL_ERROR))
+            self._respond(answer)
         if not self.transport.is_closing():
             self._arm(self.timeout_keep_alive, "kept")  # uvicorn's keep-alive timeout, as a deadline
 
