@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import uvicorn
 from uvicorn.server import ServerState
@@ -242,8 +243,6 @@ def test_a_middleware_around_the_dispatcher_sees_reviews_over_the_wire(example_s
 
 
 def test_the_metrics_port_answers_no_reviews(server: Server) -> None:
-    import httpx
-
     r = httpx.post(server.metrics_url.replace("/metrics", "/mutate"), content=review("wrong-port"), timeout=10)
     assert r.status_code == 404
 

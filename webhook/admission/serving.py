@@ -78,7 +78,8 @@ from webhook.tls.watch import CertWatcher, WatchingServer
 log = logging.getLogger("webhook.admission.serving")
 MAX_HEADER_BYTES = 64 * 1024  # the apiserver sends a few hundred bytes; Go's default is 1 MiB
 TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}  # the ASGI TLS extension's tls_version values
-INLINE_PATHS: dict[bytes, Endpoint] = {path.encode(): endpoint for path, endpoint in REVIEW_PATHS.items()}
+# the raw path as the parser gives it -> the path and its endpoint
+INLINE_PATHS: dict[bytes, tuple[str, Endpoint]] = {p.encode(): (p, e) for p, e in REVIEW_PATHS.items()}
 
 
 @dataclass(slots=True)
@@ -251,11 +252,11 @@ class GuardedProtocol(HttpToolsProtocol):
         if ((cycle is not None and not cycle.response_complete) or self.expect_100_continue
                 or self.parser.should_upgrade() or self.parser.get_method() != b"POST"):
             return False
-        endpoint = INLINE_PATHS.get(httptools.parse_url(self.url).path)
+        review_path = INLINE_PATHS.get(httptools.parse_url(self.url).path)
         length = content_length(self.headers)
-        if endpoint is None or not reviews.inline_size(length):
+        if review_path is None or not reviews.inline_size(length):
             return False
-        path = "/" + endpoint
+        path, endpoint = review_path
         refused = reviews.refusal(certificate_error(self._tls), length)
         if refused is None:
             self._review = _InlineReview(endpoint, path, reviews.enter_inline(path), [])
