@@ -27,7 +27,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.serving import run_server
-from webhook.admission.metrics import Metrics
+from webhook.admission.metrics import Metrics, ReviewFamily
 from webhook.agent.metrics import AgentMetrics, Health, serve
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import ClusterState
@@ -70,6 +70,8 @@ def _declared_labels(*owners: object) -> dict[str, set[str]]:
         for metric in vars(owner).values():
             if isinstance(metric, MetricWrapperBase):
                 out[metric._name] = set(metric._labelnames)
+            elif isinstance(metric, ReviewFamily):
+                out[metric.name] = set(metric.labelnames)
     return out
 
 

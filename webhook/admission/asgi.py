@@ -159,14 +159,13 @@ class ReviewDispatcher:
         path = scope["path"]
         metrics = self.service.metrics
         start = time.perf_counter()
-        in_flight = metrics.in_flight(path)
-        in_flight.inc()
+        metrics.entered(path)
         try:
             status = await self._serve(endpoint, scope, receive, send)
             if status is not None:
                 metrics.http_answered(path, status, time.perf_counter() - start)
         finally:
-            in_flight.dec()
+            metrics.left(path)
 
     async def _serve(self, endpoint: Endpoint, scope: Scope, receive: Receive, send: Send) -> int | None:
         """Answer one review within the policy; the status sent, or None when the client went away."""
@@ -234,7 +233,7 @@ class ReviewDispatcher:
     def enter_inline(self, path: str) -> float:
         """A small review admitted by ``refusal`` whose body is coming: counted in flight; its start time."""
         self.in_flight += 1
-        self.service.metrics.in_flight(path).inc()
+        self.service.metrics.entered(path)
         return time.perf_counter()
 
     def answer_inline(self, endpoint: Endpoint, path: str, body: bytes, start: float) -> Answer:
@@ -249,7 +248,7 @@ class ReviewDispatcher:
     def leave_inline(self, path: str) -> None:
         """A review ``enter_inline`` admitted is over (answered, or its client went away)."""
         self.in_flight -= 1
-        self.service.metrics.in_flight(path).dec()
+        self.service.metrics.left(path)
 
     def refused_inline(self, path: str, answer: Answer) -> None:
         """Count a review ``refusal`` refused on the inline path (answered at once)."""
