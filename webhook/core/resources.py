@@ -237,8 +237,8 @@ def pod_shape_error(pod: dict[str, Any]) -> str | None:
         items = spec.get(key)
         if items is None:
             continue
-        if (err := _objects_error(items, f"spec.{key}")) is not None:
-            return err
+        if (err := _objects_error(items)) is not None:
+            return f"spec.{key}{err}"
         for i, c in enumerate(items):
             if not _is_text(c.get("name")):
                 return f"spec.{key}[{i}].name: Invalid value: must be a string"
@@ -255,13 +255,13 @@ def pod_shape_error(pod: dict[str, Any]) -> str | None:
     return _affinity_error(spec.get("affinity")) or _status_error(pod.get("status"))
 
 
-def _objects_error(items: Any, where: str) -> str | None:
-    """Why ``items`` is not a list of objects, or None."""
+def _objects_error(items: Any) -> str | None:
+    """Why ``items`` is not a list of objects, after its field's path (built only then), or None."""
     if type(items) is not list:
-        return f"{where}: Invalid value: must be a list"
+        return ": Invalid value: must be a list"
     for i, item in enumerate(items):
         if type(item) is not dict:
-            return f"{where}[{i}]: Invalid value: must be an object"
+            return f"[{i}]: Invalid value: must be an object"
     return None
 
 
@@ -269,21 +269,22 @@ def _affinity_error(affinity: Any) -> str | None:
     """The pod (anti-)affinity terms the quota scopes read (CrossNamespacePodAffinity)."""
     if not _is_map(affinity):
         return "spec.affinity: Invalid value: must be an object"
+    if not affinity:
+        return None
     for kind in ("podAffinity", "podAntiAffinity"):
-        terms = (affinity or {}).get(kind)
-        where = f"spec.affinity.{kind}"
+        terms = affinity.get(kind)
         if not _is_map(terms):
-            return f"{where}: Invalid value: must be an object"
+            return f"spec.affinity.{kind}: Invalid value: must be an object"
         for field, inner in (("requiredDuringSchedulingIgnoredDuringExecution", None),
                              ("preferredDuringSchedulingIgnoredDuringExecution", "podAffinityTerm")):
             items = (terms or {}).get(field)
             if items is None:
                 continue
-            if (err := _objects_error(items, f"{where}.{field}")) is not None:
-                return err
+            if (err := _objects_error(items)) is not None:
+                return f"spec.affinity.{kind}.{field}{err}"
             for i, item in enumerate(items):
                 if inner is not None and not _is_map(item.get(inner)):
-                    return f"{where}.{field}[{i}].{inner}: Invalid value: must be an object"
+                    return f"spec.affinity.{kind}.{field}[{i}].{inner}: Invalid value: must be an object"
     return None
 
 

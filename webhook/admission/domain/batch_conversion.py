@@ -29,6 +29,8 @@ from webhook.core.resources import (
     MEMORY,
     MID_CPU,
     MID_MEMORY,
+    RECLAIMED_CPU,
+    RECLAIMED_MEMORY,
     ResourceList,
     asks,
     iter_containers,
@@ -168,7 +170,7 @@ def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str,
         if not isinstance(resources, dict):
             continue
         path: Path = ("spec", field, i, "resources")
-        put_back = (defaulted or {}).get((field, str(c.get("name") or "")))
+        put_back = defaulted.get((field, str(c.get("name") or ""))) if defaulted else None
         gone: list[str] = []
         if put_back:
             resources, gone = _without_put_back(resources, put_back, cpu_name, mem_name)
@@ -201,6 +203,9 @@ def _clash(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[str, A
     value (our own earlier output, a profile's patch written again on reinvocation) is no loss. A legacy
     ``alibabacloud.com/reclaimed-*`` value next to a native one is the same resource by its old name: the
     container is left as written, and the validating chain names both."""
+    if (cpu_name not in values and mem_name not in values and RECLAIMED_CPU not in values
+            and RECLAIMED_MEMORY not in values):
+        return None  # nothing a conversion could write over: the usual list, four lookups
     for legacy, batch_name in LEGACY_BATCH.items():
         if batch_name in (cpu_name, mem_name) and legacy in values and asks(values[legacy]):
             native = CPU if batch_name == BATCH_CPU else MEMORY

@@ -67,7 +67,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
     # What the user wrote: a container asking for batch-cpu is never converted below, and the
     # owners an earlier pass converted are left out.
     converted = ctx.facts.converted
-    for text in small_batch_cpu_warnings([e for e in lists if (e[1], e[2]) not in converted]):
+    for text in small_batch_cpu_warnings([e for e in lists if (e[1], e[2]) not in converted] if converted else lists):
         ctx.warn(text)
         ctx.note(NAME, f"warning: {text}")
     priority = ctx.facts.priority if ctx.facts.priority is not None else spec.get("priority")
