@@ -25,6 +25,7 @@ import copy
 import json
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -120,7 +121,7 @@ def add_review(timer: Timer, raw: dict[str, Any], state: ClusterState, rounds: i
     first = chain.mutate(req, state, settings)
     assert first.allowed, first.message
     final = apply_ops(orjson.loads(orjson.dumps(req.object)), first.patch)
-    vreq = req.model_copy(update={"object": final})
+    vreq = replace(req, object=final)
     checked = chain.validate(vreq, state, settings)
     assert checked.allowed, checked.message
 

@@ -9,7 +9,7 @@ import jsonpatch
 
 from webhook.admission import chain
 from webhook.admission.response import Decision
-from webhook.admission.review import AdmissionRequest
+from webhook.admission.review import AdmissionRequest, request_from_dict
 from webhook.cluster.state import KINDS, WEBHOOK_KINDS, ClusterState
 
 
@@ -79,7 +79,7 @@ def pod(name: str | None = "p", ns: str = "default", labels: dict | None = None,
 
 def request(obj: dict, operation: str = "CREATE", old: dict | None = None) -> AdmissionRequest:
     meta = obj.get("metadata") or {}
-    return AdmissionRequest.model_validate({
+    return request_from_dict({
         "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "name": meta.get("name") or "", "namespace": meta.get("namespace") or "default",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 
 import jsonpatch
 import pytest
@@ -642,7 +643,7 @@ def test_recorded_koord_batch_init_containers() -> None:
     assert "koordinator.sh/mutated" not in out["metadata"]["labels"]  # the profile's selector does not match
     assert json.loads(out["metadata"]["annotations"][ESPEC])["containers"]["worker"]["limits"] == \
         {"kubernetes.io/batch-cpu": "1k", "kubernetes.io/batch-memory": "1073741824"}
-    again = chain.mutate(req.model_copy(update={"object": out}), _example_state(), chain.Settings())
+    again = chain.mutate(replace(req, object=out), _example_state(), chain.Settings())
     assert again.patch == []
 
 

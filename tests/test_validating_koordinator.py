@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 
 import pytest
 
@@ -150,7 +151,7 @@ def test_recorded_batch_resources_1k_with_be_and_koord_batch_passes() -> None:
     obj = copy.deepcopy(req.object)
     obj["metadata"]["labels"]["koordinator.sh/qosClass"] = "BE"
     obj["spec"]["priority"] = 5000
-    d = chain.validate(req.model_copy(update={"object": obj}), state(), chain.Settings())
+    d = chain.validate(replace(req, object=obj), state(), chain.Settings())
     assert d.allowed, d.message
 
 
@@ -168,7 +169,7 @@ def test_recorded_update_label_changing_qos_is_denied() -> None:
     req = _fixture("v1-validate-update-label.json")
     obj = copy.deepcopy(req.object)
     obj["metadata"]["labels"]["koordinator.sh/qosClass"] = "BE"
-    d = chain.validate(req.model_copy(update={"object": obj}), state(), chain.Settings())
+    d = chain.validate(replace(req, object=obj), state(), chain.Settings())
     assert not d.allowed
     assert d.message == 'labels.koordinator.sh/qosClass: Invalid value: "BE": field is immutable'
 

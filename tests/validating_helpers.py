@@ -6,7 +6,7 @@ import copy
 from typing import Any
 
 from webhook.admission import chain
-from webhook.admission.review import AdmissionRequest
+from webhook.admission.review import AdmissionRequest, request_from_dict
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
@@ -63,7 +63,7 @@ def batch(cpu: Any = "500", memory: Any = "1Gi") -> dict[str, Any]:
 def request(obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None,
             sub: str = "") -> AdmissionRequest:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    return AdmissionRequest.model_validate({
+    return request_from_dict({
         "uid": "0000-test", "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": sub,
         "name": meta.get("name", ""), "namespace": meta.get("namespace", ""), "operation": operation,

@@ -13,6 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
+from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webhook import __version__
@@ -40,7 +41,7 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return Response(error_body(status, message), status_code=status, media_type=JSON, headers=headers)
 
 
-_REVIEW_SCHEMA = AdmissionReview.model_json_schema(ref_template="#/components/schemas/{model}")
+_REVIEW_SCHEMA = TypeAdapter(AdmissionReview).json_schema(ref_template="#/components/schemas/{model}")
 _REVIEW_DEFS = _REVIEW_SCHEMA.pop("$defs", {})
 _REVIEW_BODY = {"required": True, "content": {JSON: {"schema": {"$ref": "#/components/schemas/AdmissionReview"}}}}
 _REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -213,7 +213,7 @@ def dry_run(service: ReviewService, review: dict[str, Any], explain: list[str] |
     if not first.decision.allowed or not isinstance(final, dict):
         return DryRun(first, Decision(), final)
     final = apply_ops(final, first.decision.patch)
-    patched = decoded.model_copy(update={"request": decoded.request.model_copy(update={"object": final})})
+    patched = replace(decoded, request=replace(decoded.request, object=final))
     second = service.decided("validate", patched, explain)
     if second.decision is None:
         return unusable(second)
