@@ -227,7 +227,7 @@ class ClusterState:
     # -- readiness ----------------------------------------------------------------------
     @property
     def ready(self) -> bool:
-        return all(k in self._synced for k in self.kinds)
+        return self._synced.issuperset(self.kinds)
 
     def not_ready_reason(self) -> str | None:
         missing = [k for k in self.kinds if k not in self._synced]

@@ -72,7 +72,7 @@ def default_priority_class(classes: Iterable[dict[str, Any]]) -> dict[str, Any] 
     return best
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen one takes 0.5 µs more to make, and every review makes one
 class PriorityResolution:
     """What the Priority plugin computes for a pod CREATE, or the Forbidden text it answers."""
 
