@@ -38,6 +38,8 @@ from webhook.core.resources import (
 )
 
 TARGETS: dict[str, tuple[str, str]] = {KOORD_BATCH: (BATCH_CPU, BATCH_MEMORY), KOORD_MID: (MID_CPU, MID_MEMORY)}
+# What the texts call them, in the 120 characters of a warning: batch-cpu, mid-memory.
+SHORT_NAMES: dict[str, str] = {name: name.rsplit("/", 1)[-1] for pair in TARGETS.values() for name in pair}
 
 
 def targets_for(priority: Any) -> tuple[str, str] | None:
@@ -241,7 +243,7 @@ def cpu_notes(lists: list[ResourceList], converted: set[tuple[str, int]], cpu_na
     """What a conversion makes of a cpu that reads oddly (``_odd_cpu``), for the owners in ``converted``
     ((field, index) of a ``lists`` entry, the pod's ``resources.resource_lists`` before the conversion)."""
     notes: list[str] = []
-    short = cpu_name.rsplit("/", 1)[-1]
+    short = SHORT_NAMES.get(cpu_name, cpu_name)
     for owner, field, index, kind, values in lists:
         raw = values.get(CPU)
         if raw is None or (field, index) not in converted:

@@ -16,6 +16,7 @@ from typing import Any
 
 from webhook.admission.context import MutatingContext
 from webhook.admission.domain.batch_conversion import (
+    SHORT_NAMES,
     Path,
     convert_pod,
     cpu_notes,
@@ -131,10 +132,10 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceLis
             # A profile reads the label: the chain runs again so its answer stays its own fixpoint.
             ctx.rerun(f"{NAME} set {QOS_LABEL}={qos}")
     label = f"; set {QOS_LABEL}={qos}" if set_qos else ""
-    ctx.audit(NAME, f"cpu/memory -> {cpu_name}/{mem_name.rsplit('/', 1)[-1]} ({band} {priority}) in "
+    ctx.audit(NAME, f"cpu/memory -> {cpu_name}/{SHORT_NAMES[mem_name]} ({band} {priority}) in "
                     f"{', '.join(where)}{label}")
-    short = "/".join(n.rsplit("/", 1)[-1] for n in targets)  # the warning stays under 120 characters
-    ctx.warn(f"converted cpu/memory to {short} in {len(where)} place(s) ({band} {priority}){label}")
+    ctx.warn(f"converted cpu/memory to {SHORT_NAMES[cpu_name]}/{SHORT_NAMES[mem_name]} in {len(where)} place(s) "
+             f"({band} {priority}){label}")  # short names: the warning stays under 120 characters
     for text in notes:
         ctx.warn(text)
     if ctx.explain is not None:
