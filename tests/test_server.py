@@ -133,7 +133,25 @@ BAD_BODIES = [
     ("bad operation", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
                       b'"request": {"uid": "a", "operation": "EXPLODE"}}', 400, "request.operation"),
     ("object not a map", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
-                         b'"request": {"uid": "a", "operation": "CREATE", "object": [1]}}', 400, "request.object"),
+                         b'"request": {"uid": "a", "operation": "CREATE", "object": [1]}}', 400,
+     "invalid AdmissionReview: request.object must be an object or null, got an array"),
+    ("uid a number", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": {"uid": 0}}', 400,
+     "invalid AdmissionReview: request.uid must be a string, got 0"),
+    ("name a number", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
+                      b'"request": {"uid": "a", "operation": "CREATE", "name": 5}}', 400,
+     "invalid AdmissionReview: request.name must be a string, got 5"),
+    ("kind a string", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
+                      b'"request": {"uid": "a", "operation": "CREATE", "kind": "Pod"}}', 400,
+     "invalid AdmissionReview: request.kind must be an object, got 'Pod'"),
+    ("resource group null", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
+                            b'"request": {"uid": "a", "operation": "CREATE", "resource": {"group": null}}}', 400,
+     "invalid AdmissionReview: request.resource.group must be a string, got null"),
+    ("dryRun null", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
+                    b'"request": {"uid": "a", "operation": "CREATE", "dryRun": null}}', 400,
+     "invalid AdmissionReview: request.dryRun must be a boolean, got null"),
+    ("userInfo a list", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
+                        b'"request": {"uid": "a", "operation": "CREATE", "userInfo": []}}', 400,
+     "invalid AdmissionReview: request.userInfo must be an object, got an array"),
 ]
 
 

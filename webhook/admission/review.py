@@ -117,7 +117,7 @@ def request_from_dict(request: Any) -> AdmissionRequest:
     if not isinstance(request, dict):
         raise ReviewError(400, f"request must be an object, got {type(request).__name__}")
     uid = request.get("uid")
-    if not uid:
+    if uid is None or uid == "":
         raise ReviewError(400, f"invalid AdmissionReview: request.uid is {'missing' if uid is None else 'empty'}")
     if type(uid) is not str:
         raise _wrong("request.uid", "a string", uid)
