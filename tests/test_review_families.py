@@ -72,7 +72,7 @@ def test_the_webhook_counts_a_review_in_its_registry() -> None:
     metrics.request("mutate", "CREATE", "patched")
     metrics.patched("batch-resources", 4)
     metrics.http_answered("/mutate", 200, 0.0003)
-    metrics.http_answered("/mutate", 418, 0.0003)  # a code without its text ready is written all the same
+    metrics.http_answered("/mutate", 418, 0.0003)  # any status has its series
     text = generate_latest(metrics.registry).decode()
     assert 'controller_runtime_webhook_requests_in_flight{webhook="/mutate"} 1.0' in text
     assert ('colocation_webhook_requests_total{endpoint="mutate",operation="CREATE",outcome="patched"} 1.0'

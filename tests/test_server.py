@@ -149,6 +149,9 @@ BAD_BODIES = [
     ("dryRun null", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
                     b'"request": {"uid": "a", "operation": "CREATE", "dryRun": null}}', 400,
      "invalid AdmissionReview: request.dryRun must be a boolean, got null"),
+    ("operation a long text", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
+                              b'"request": {"uid": "a", "operation": "' + b"X" * 50 + b'"}}', 400,
+     "request.operation must be one of CREATE, UPDATE, DELETE, CONNECT, got a string of 50 characters"),
     ("userInfo a list", b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", '
                         b'"request": {"uid": "a", "operation": "CREATE", "userInfo": []}}', 400,
      "invalid AdmissionReview: request.userInfo must be an object, got an array"),

@@ -166,11 +166,12 @@ def _wrong(field_path: str, expected: str, value: Any) -> ReviewError:
 
 
 def _shown(value: Any) -> str:
-    """A bad value as an error names it: a short text or number quoted, anything else by its JSON type."""
-    if isinstance(value, str | int | float) and not isinstance(value, bool) and len(repr(value)) <= 40:
+    """A bad value as an error names it: a short text or a number as written, anything else by its JSON type."""
+    if isinstance(value, str):
+        return repr(value) if len(value) <= 40 else f"a string of {len(value)} characters"
+    if isinstance(value, int | float) and not isinstance(value, bool):
         return repr(value)
-    return {dict: "an object", list: "an array", bool: "a boolean", type(None): "null"}.get(type(value),
-                                                                                   type(value).__name__)
+    return {dict: "an object", list: "an array", bool: "a boolean"}.get(type(value), "null")
 
 
 def encode_response(api_version: str, uid: str, decision: Decision, patch_json: bytes | None = None) -> bytes:

@@ -367,7 +367,6 @@ class AdmissionServer(WatchingServer):
         watcher = CertWatcher(config.ssl, cert, key, registry=metrics.registry) if watch_certs else None
         super().__init__(config, watcher)
         self.options = options
-        self.protocol = protocol
         self.metrics_protocol = GuardedProtocol.limits(options, metrics, webhook.lifecycle)  # serves no reviews
         self._metrics = metrics
         self._drain_ends: float | None = None  # monotonic time the drain ends, from the first signal
