@@ -201,7 +201,7 @@ def dry_run(service: ReviewService, review: dict[str, Any], explain: list[str] |
         return DryRun(answer, Decision(), None, message or f"HTTP {answer.status}")
 
     try:
-        decoded = decode_review(orjson.dumps(review))
+        decoded = decode_review(orjson.dumps(review), complete=True)
     except TypeError as exc:  # YAML can hold what JSON cannot: non-text keys, integers beyond 64 bits
         return DryRun(Answer(400, b""), Decision(), None, f"cannot be sent as JSON: {exc}")
     except ReviewError as exc:
