@@ -18,7 +18,8 @@ from tests.serving import recording
 from webhook.admission import chain
 from webhook.admission.app import create_app, create_server
 from webhook.admission.asgi import ASGIApp
-from webhook.admission.context import MutatingContext, Settings, ValidatingContext
+from webhook.admission.context import MutatingContext, MutatingFacts, Settings, ValidatingContext
+from webhook.admission.domain.patch import PatchBuilder
 from webhook.admission.response import Denial
 from webhook.admission.review import AdmissionRequest, review_from_dict
 from webhook.admission.service import ReviewService
@@ -78,7 +79,9 @@ def test_a_validating_chain_cannot_produce_a_patch(example_state: ClusterState) 
     decision = chain.validate(_pod_request(pod), example_state, Settings(), rules=(_RogueValidatingRule(),))
     assert decision.patch == []
     assert decision.rule_failed and decision.rule == "rogue"
-    assert not hasattr(ValidatingContext, "patch") and "patch" in MutatingContext.__dataclass_fields__
+    request, patch = _pod_request(pod), PatchBuilder(pod)
+    assert not hasattr(ValidatingContext(request, example_state, Settings(), pod, None), "patch")
+    assert MutatingContext(request, example_state, Settings(), patch.doc, None, patch=patch).patch is patch
 
 
 def test_the_type_checker_refuses_a_validating_rule_that_patches(tmp_path: Path) -> None:
@@ -98,8 +101,9 @@ def test_the_type_checker_refuses_a_validating_rule_that_patches(tmp_path: Path)
 
 
 def test_mutating_facts_are_typed_fields() -> None:
-    facts = MutatingContext.__dataclass_fields__["facts"].default_factory()  # type: ignore[misc]
+    facts = MutatingFacts()
     assert (facts.priority, facts.matched_profiles, facts.skip_update_resources) == (None, [], False)
+    assert (facts.profile_label_keys, facts.converted) == (frozenset(), set())
 
 
 # -- one service, one place for middleware ------------------------------------------------------------

@@ -166,3 +166,32 @@ def test_repeated_strings_are_held_once() -> None:
     moved = kept("ResourceQuota", {"kind": "ResourceQuota", "metadata": {"name": "q"}, "spec": {"hard": {"pods": "2"}},
                                    "status": {"hard": {"pods": "1"}}})   # the controller has not caught up yet
     assert moved["status"] == {"hard": {"pods": "1"}} and moved["spec"] == {"hard": {"pods": "2"}}
+
+
+def test_a_derived_value_is_built_once_from_its_arguments_until_its_kind_changes() -> None:
+    state, builds = _state(), []
+
+    def build(namespace: str, *, extra: int) -> list[str]:
+        builds.append(namespace)
+        return [q["metadata"]["name"] for q in state.resource_quotas(namespace)] * extra
+
+    first = state.derived("ResourceQuota", "names", build, "a", extra=2)
+    assert first == ["q", "q"] and builds == ["a"]
+    assert state.derived("ResourceQuota", "names", build, "a", extra=2) is first and builds == ["a"]  # a hit
+    state.upsert("Namespace", _namespace("c", "green"))               # another kind: still a hit
+    assert state.derived("ResourceQuota", "names", build, "a", extra=2) is first and builds == ["a"]
+    state.upsert("ResourceQuota", _quota("q2", "a"))                   # its kind changed: built again
+    assert state.derived("ResourceQuota", "names", build, "a", extra=1) == ["q", "q2"] and builds == ["a", "a"]
+
+
+def test_derived_from_last_hands_the_build_what_it_built_before_the_change() -> None:
+    state, seen = _state(), []
+
+    def build(last: int | None, step: int) -> int:
+        seen.append(last)
+        return (last or 0) + step
+
+    assert state.derived_from_last("Namespace", "count", build, 5) == 5
+    assert state.derived_from_last("Namespace", "count", build, 5) == 5 and seen == [None]  # a hit
+    state.upsert("Namespace", _namespace("c", "green"))
+    assert state.derived_from_last("Namespace", "count", build, 1) == 6 and seen == [None, 5]

@@ -85,8 +85,10 @@ def _too_large(length: int | None) -> Answer:
 
 
 def content_length(headers: Sequence[tuple[bytes, bytes]]) -> int | None:
-    length = next((v for k, v in headers if k == b"content-length"), None)
-    return int(length) if length is not None and length.isdigit() else None
+    for name, value in headers:  # a loop, not next() over a generator: half the cost, on every review
+        if name == b"content-length":
+            return int(value) if value.isdigit() else None
+    return None
 
 
 async def read_body(headers: Sequence[tuple[bytes, bytes]], receive: Receive) -> bytes | Answer | None:

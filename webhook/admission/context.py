@@ -44,29 +44,32 @@ def shorten_warning(text: str) -> str:
     return text if len(text) < WARNING_LIMIT else text[: WARNING_LIMIT - 2] + "…"
 
 
-@dataclass(slots=True)
+# The contexts are plain classes, not dataclasses: mypyc compiles their __init__, where a dataclass's is generated
+# Python (0.93 -> 0.2 µs to make a MutatingContext; every review makes one).
 class MutatingFacts:
     """What the mutating rules found out, for the rules after them (set in chain order)."""
 
-    priority: int | None = None                 # spec.priority once the priority rule resolved it
-    matched_profiles: list[str] = field(default_factory=list)  # ClusterColocationProfiles applied, in order
-    skip_update_resources: bool = False         # a matched profile turns the batch conversion off
-    profile_label_keys: frozenset[str] = frozenset()  # pod label keys the namespace's profiles read
-    # (field, index) of the containers (("overhead", 0) for spec.overhead) the batch conversion converted,
-    # kept across passes: what a later pass sees there is no longer what the user wrote.
-    converted: set[tuple[str, int]] = field(default_factory=set)
+    def __init__(self) -> None:
+        self.priority: int | None = None                 # spec.priority once the priority rule resolved it
+        self.matched_profiles: list[str] = []            # ClusterColocationProfiles applied, in order
+        self.skip_update_resources = False               # a matched profile turns the batch conversion off
+        self.profile_label_keys: frozenset[str] = frozenset()  # pod label keys the namespace's profiles read
+        # (field, index) of the containers (("overhead", 0) for spec.overhead) the batch conversion converted,
+        # kept across passes: what a later pass sees there is no longer what the user wrote.
+        self.converted: set[tuple[str, int]] = set()
 
 
-@dataclass(slots=True)
 class _Context:
-    request: AdmissionRequest
-    state: ClusterState
-    settings: Settings
-    pod: dict[str, Any]
-    old_pod: dict[str, Any] | None
-    explain: list[str] | None = None            # filled only for `review --explain`
-    warnings: list[str] = field(default_factory=list)
-    audit_annotations: dict[str, str] = field(default_factory=dict)
+    def __init__(self, request: AdmissionRequest, state: ClusterState, settings: Settings, pod: dict[str, Any],
+                 old_pod: dict[str, Any] | None, explain: list[str] | None = None) -> None:
+        self.request = request
+        self.state = state
+        self.settings = settings
+        self.pod = pod
+        self.old_pod = old_pod
+        self.explain = explain                           # filled only for `review --explain`
+        self.warnings: list[str] = []
+        self.audit_annotations: dict[str, str] = {}
 
     @property
     def namespace(self) -> str:
@@ -102,11 +105,13 @@ class _Context:
             self.explain.append(f"[{rule}] {text}")
 
 
-@dataclass(slots=True)
 class MutatingContext(_Context):
-    patch: PatchBuilder = field(kw_only=True)   # the working pod is ``patch.doc``
-    facts: MutatingFacts = field(default_factory=MutatingFacts)
-    rerun_reason: str | None = None             # set by ``rerun`` during a pass
+    def __init__(self, request: AdmissionRequest, state: ClusterState, settings: Settings, pod: dict[str, Any],
+                 old_pod: dict[str, Any] | None, explain: list[str] | None = None, *, patch: PatchBuilder) -> None:
+        super().__init__(request, state, settings, pod, old_pod, explain)
+        self.patch = patch                               # the working pod is ``patch.doc``
+        self.facts = MutatingFacts()
+        self.rerun_reason: str | None = None             # set by ``rerun`` during a pass
 
     def rerun(self, reason: str) -> None:
         """Run the mutating chain once more after this pass: ``reason`` changed what an earlier rule reads (a
@@ -119,9 +124,11 @@ class MutatingContext(_Context):
         return reason
 
 
-@dataclass(slots=True)
 class ValidatingContext(_Context):
-    _resource_lists: list[ResourceList] | None = None
+    def __init__(self, request: AdmissionRequest, state: ClusterState, settings: Settings, pod: dict[str, Any],
+                 old_pod: dict[str, Any] | None, explain: list[str] | None = None) -> None:
+        super().__init__(request, state, settings, pod, old_pod, explain)
+        self._resource_lists: list[ResourceList] | None = None
 
     @property
     def resource_lists(self) -> list[ResourceList]:

@@ -17,7 +17,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from webhook.core.priority import SYSTEM_PRIORITY_CLASSES, default_priority_class
 
@@ -25,6 +25,9 @@ SLO_CONFIG_NAMESPACE = "koordinator-system"
 SLO_CONFIG_NAME = "slo-controller-config"
 NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 T = TypeVar("T")
+P = ParamSpec("P")
+_MISSING: Any = object()
+_NOTHING: dict[str, Any] = {}  # a kind with nothing derived yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,23 +257,26 @@ class ClusterState:
         """The objects of ``kind`` a source marked invalid, with the reason (rules must not use them)."""
         return self._invalid.get(kind, {})
 
-    def derived(self, kind: str, key: str, build: Callable[[], T]) -> T:
-        """A value computed from the objects of ``kind``, rebuilt after that kind changes in a field the rules
-        read (rules' caches). One key always holds one type: the key names what ``build`` makes."""
-        derived = self._derived.setdefault(kind, {})
-        if key not in derived:
-            derived[key] = build()
-        return cast(T, derived[key])
+    def derived(self, kind: str, key: str, build: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``build(*args)``, a value computed from the objects of ``kind``, rebuilt after that kind changes in a
+        field the rules read (rules' caches). One key always holds one type: the key names what ``build`` makes.
+        The arguments rather than a closure: a hit (every review, several times) builds nothing."""
+        value: T = self._derived.get(kind, _NOTHING).get(key, _MISSING)
+        if value is _MISSING:  # the kind's map is taken before the build: one a change replaced meanwhile is dropped
+            value = self._derived.setdefault(kind, {}).setdefault(key, build(*args, **kwargs))
+        return value
 
-    def derived_from_last(self, kind: str, key: str, build: Callable[[T | None], T]) -> T:
-        """``derived``, where ``build`` gets the value built before the change (None the first time), so it can
-        keep what the change left alone (the profiles that did not change stay compiled)."""
-        def build_and_keep() -> T:
-            value = build(cast("T | None", self._last.get(key)))
+    def derived_from_last(self, kind: str, key: str, build: Callable[Concatenate[T | None, P], T],
+                          *args: P.args, **kwargs: P.kwargs) -> T:
+        """``derived``, where ``build`` gets the value built before the change (None the first time) first, so
+        it can keep what the change left alone (the profiles that did not change stay compiled)."""
+        value: T = self._derived.get(kind, _NOTHING).get(key, _MISSING)
+        if value is _MISSING:
+            derived = self._derived.setdefault(kind, {})  # before the build, as in ``derived``
+            value = build(cast("T | None", self._last.get(key)), *args, **kwargs)
             self._last[key] = value
-            return value
-
-        return self.derived(kind, key, build_and_keep)
+            value = derived.setdefault(key, value)
+        return value
 
     def priority_class(self, name: str) -> dict[str, Any] | None:
         pc = self._objects.get("PriorityClass", {}).get(("", name))
@@ -279,8 +285,10 @@ class ClusterState:
         return pc
 
     def default_priority_class(self) -> dict[str, Any] | None:
-        return self.derived("PriorityClass", "default_pc",
-                            lambda: default_priority_class(self.objects("PriorityClass")))
+        return self.derived("PriorityClass", "default_pc", self._default_priority_class)
+
+    def _default_priority_class(self) -> dict[str, Any] | None:
+        return default_priority_class(self.objects("PriorityClass"))
 
     def namespace_labels(self, namespace: str) -> dict[str, str] | None:
         """The namespace's labels (with ``kubernetes.io/metadata.name``), or None when unknown."""
@@ -303,13 +311,13 @@ class ClusterState:
         return {name: why for (_, name), why in self.invalid("ClusterColocationProfile").items()}
 
     def _in_namespace(self, kind: str, namespace: str) -> list[dict[str, Any]]:
-        def build() -> dict[str, list[dict[str, Any]]]:
-            by_ns: dict[str, list[dict[str, Any]]] = {}
-            for (ns, _), obj in sorted(self._objects.get(kind, {}).items()):
-                by_ns.setdefault(ns, []).append(obj)
-            return by_ns
+        return self.derived(kind, "by_namespace", self._by_namespace, kind).get(namespace, [])
 
-        return self.derived(kind, "by_namespace", build).get(namespace, [])
+    def _by_namespace(self, kind: str) -> dict[str, list[dict[str, Any]]]:
+        by_ns: dict[str, list[dict[str, Any]]] = {}
+        for (ns, _), obj in sorted(self._objects.get(kind, {}).items()):
+            by_ns.setdefault(ns, []).append(obj)
+        return by_ns
 
     def resource_quotas(self, namespace: str) -> list[dict[str, Any]]:
         return self._in_namespace("ResourceQuota", namespace)

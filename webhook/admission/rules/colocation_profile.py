@@ -33,9 +33,11 @@ def handles(request: AdmissionRequest) -> bool:
 
 def profile_set(state: ClusterState) -> ProfileSet:
     """The compiled profiles, rebuilt only when a profile changes (a namespace's labels are checked by its view)."""
-    return state.derived_from_last(
-        "ClusterColocationProfile", "colocation_profiles",
-        lambda last: ProfileSet(state.colocation_profiles(), state.invalid_colocation_profiles(), last))
+    return state.derived_from_last("ClusterColocationProfile", "colocation_profiles", _compile, state)
+
+
+def _compile(last: ProfileSet | None, state: ClusterState) -> ProfileSet:
+    return ProfileSet(state.colocation_profiles(), state.invalid_colocation_profiles(), last)
 
 
 def admit(ctx: MutatingContext) -> Denial | None:
