@@ -268,8 +268,8 @@ class ClusterState:
 
     def derived_from_last(self, kind: str, key: str, build: Callable[Concatenate[T | None, P], T],
                           *args: P.args, **kwargs: P.kwargs) -> T:
-        """``derived``, where ``build`` gets the value built before the change (None the first time) first, so
-        it can keep what the change left alone (the profiles that did not change stay compiled)."""
+        """``derived``, where ``build`` gets, before its arguments, the value built before the change (None the
+        first time), so it can keep what the change left alone (the profiles that did not change stay compiled)."""
         value: T = self._derived.get(kind, _NOTHING).get(key, _MISSING)
         if value is _MISSING:
             derived = self._derived.setdefault(kind, {})  # before the build, as in ``derived``
