@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import pytest
 from hypothesis import HealthCheck, example, given, settings
+from kubernetes.client import V1ObjectMeta, V1Pod
 
 from tests.conftest import load_fixture
 from tests.test_fuzz_reviews import REVIEWS, mutated_review
@@ -149,6 +150,12 @@ def test_managed_fields_are_left_out_on_the_servers_path_only() -> None:
     body = orjson.dumps(recorded)
     assert "managedFields" not in decode_review(body).request.object["metadata"]
     assert decode_review(body, complete=True).request.object == recorded["request"]["object"]
+
+
+def test_what_is_kept_is_every_field_of_the_api_but_managed_fields() -> None:
+    """Against the Kubernetes client's own models of a Pod and of ObjectMeta (their JSON names)."""
+    assert set(V1Pod.attribute_map.values()) == OBJECT_FIELDS
+    assert META_FIELDS - {"clusterName"} == set(V1ObjectMeta.attribute_map.values()) - {"managedFields"}
 
 
 def test_is_pod_is_worked_out_whatever_the_body_says() -> None:
