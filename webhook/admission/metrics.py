@@ -180,7 +180,6 @@ class Metrics:
         self.cr_latency.observe((path,), seconds)
 
 
-
 class _StateCollector:
     """Cache sync state and object counts, read at scrape time."""
 

@@ -172,9 +172,10 @@ def review_from_dict(data: Any) -> AdmissionReview:
     return AdmissionReview(data["apiVersion"], "AdmissionReview", request_from_dict(data["request"]))
 
 
-# The envelope is checked by hand, not by a pydantic model: a model took 4.7 µs a review, this takes 1.9
-# (docs/benchmarks.md), and the rules read a plain dataclass. Types are exact, as the apiserver's JSON decoding
-# has them (a number is no string, a string no boolean), and a null only where the schema allows one.
+# The checks that name a fault, for a body msgspec refused (and the offline commands' whole decoding): by hand,
+# not by a pydantic model, which took 4.7 µs a review to these 1.9 (docs/benchmarks.md). Types are exact, as the
+# apiserver's JSON decoding has them (a number is no string, a string no boolean), and a null only where the
+# schema allows one; tests/test_review_decoding.py holds them to what msgspec accepts.
 def request_from_dict(request: Any) -> AdmissionRequest:
     """An AdmissionReview's ``request`` as the webhook reads it; ReviewError(400) naming the first bad field."""
     if not isinstance(request, dict):

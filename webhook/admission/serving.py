@@ -380,8 +380,7 @@ class AdmissionServer(WatchingServer):
         if options.metrics_port:
             self.metrics_config = uvicorn.Config(webhook.metrics, host=options.host, port=options.metrics_port,
                                                  http=self.metrics_protocol, log_config=None, access_log=False,
-                                                 lifespan="off",
-                                                 server_header=False)
+                                                 lifespan="off", server_header=False)
             self.metrics_config.load()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
