@@ -20,6 +20,7 @@ import yaml
 from tests.apiserver import ReplayAPIServer, load_exchange
 from tests.test_live_source import serve_webhook_kinds, write_kubeconfig
 from webhook.audit.files import ObjectsError, objects
+from webhook.audit.findings import beyond_plugins
 from webhook.cli.webhook import main
 
 RECORDED = load_exchange("pods-list-field-selector-node")["response"]["body"]
@@ -304,6 +305,33 @@ def test_a_profile_that_sets_another_priority_class_is_a_finding(namespace: str,
     assert code == (1 if expected == "changed" else 0)
     if detail is not None:
         assert {f["detail"] for f in found} == {detail}
+
+
+def _op(path: str, value: Any, op: str = "add") -> dict[str, Any]:
+    return {"op": op, "path": f"/spec/{path}", "value": value}
+
+
+@pytest.mark.parametrize(("spec", "default", "ops", "left"), [
+    # what the plugin writes: the pod's class's value and policy, the default's (and its name) where it names none
+    ({"priorityClassName": "high"}, None, [_op("priority", 1000), _op("preemptionPolicy", PREEMPT)], []),
+    ({}, STANDARD, [_op("priorityClassName", "standard"), _op("priority", 100), _op("preemptionPolicy", "Never")],
+     []),
+    ({}, None, [_op("priority", 0), _op("preemptionPolicy", PREEMPT)], []),
+    # anything else stays: another class and its value, a value of another type, a removal, other fields
+    ({}, STANDARD, [_op("priorityClassName", "high"), _op("priority", 1000), _op("preemptionPolicy", "Never")],
+     [_op("priorityClassName", "high"), _op("priority", 1000)]),
+    ({"priorityClassName": "high"}, None, [_op("priorityClassName", "standard")], [_op("priorityClassName", "standard")]),
+    ({}, None, [_op("priority", 0.0), _op("priority", 0, "remove"), _op("schedulerName", "koord-scheduler")],
+     [_op("priority", 0.0), _op("priority", 0, "remove"), _op("schedulerName", "koord-scheduler")]),
+    # the plugin would refuse the pod (no such class): it writes nothing, so nothing is left out
+    ({"priorityClassName": "gone"}, None, [_op("priority", 0)], [_op("priority", 0)]),
+], ids=["own class", "default class", "no default", "another class", "class over the pod's", "not the plugin's",
+        "the plugin refuses"])
+def test_only_what_the_priority_plugin_writes_anyway_is_left_out(spec: dict[str, Any], default: dict[str, Any] | None,
+                                                                 ops: list[dict[str, Any]],
+                                                                 left: list[dict[str, Any]]) -> None:
+    classes = {"high": HIGH, "standard": STANDARD}
+    assert beyond_plugins({"spec": spec}, ops, classes.get, default) == left
 
 
 # -- output and filters --------------------------------------------------------------------------------------------
