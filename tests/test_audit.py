@@ -20,6 +20,7 @@ import yaml
 from tests.apiserver import ReplayAPIServer, load_exchange
 from tests.test_live_source import serve_webhook_kinds, write_kubeconfig
 from webhook.audit.files import ObjectsError, objects
+from webhook.audit.findings import beyond_plugins
 from webhook.cli.webhook import main
 
 RECORDED = load_exchange("pods-list-field-selector-node")["response"]["body"]
@@ -58,19 +59,87 @@ def mixed() -> dict[str, Any]:
     return pod
 
 
-def deployment(pod: dict[str, Any], name: str) -> dict[str, Any]:
+# The Priority plugin's output, as the apiserver stores it: (value, preemptionPolicy) of each class the tests use.
+PREEMPT = "PreemptLowerPriority"
+WRITTEN = {"": (0, PREEMPT), "standard": (100, "Never"), "high": (1000, PREEMPT), "koord-prod": (9000, PREEMPT),
+           "system-node-critical": (2000001000, PREEMPT)}
+EXAMPLE_STATE = Path(__file__).resolve().parents[1] / "webhook" / "cluster" / "example" / "state.yaml"
+# Beside the example state's classes: one with the apiserver's default policy left out, and a global default.
+HIGH = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"}, "value": 1000}
+STANDARD = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "standard"},
+            "value": 100, "globalDefault": True, "preemptionPolicy": "Never"}
+BATCH_PROFILE = ("colocation profile colocation-profile-example applied: QoS BE, priorityClassName koord-batch; "
+                 "converted cpu/memory to batch-cpu/batch-memory in 1 place(s) (koord-batch 5000)")
+
+
+def state_dir(tmp_path: Path, *more: dict[str, Any]) -> Path:
+    """The embedded example state and ``more`` objects, as a --cluster-state folder."""
+    folder = tmp_path / "state"
+    folder.mkdir()
+    (folder / "example.yaml").write_text(EXAMPLE_STATE.read_text())
+    (folder / "more.yaml").write_text(yaml.safe_dump_all(more))
+    return folder
+
+
+def written(pod: dict[str, Any], class_name: str) -> dict[str, Any]:
+    """``pod`` as its user writes it: ``class_name`` or none, no priority."""
+    pod = copy.deepcopy(pod)
+    spec = pod["spec"]
+    for key in ("priorityClassName", "priority", "preemptionPolicy"):
+        spec.pop(key, None)
+    if class_name:
+        spec["priorityClassName"] = class_name
+    return pod
+
+
+def admitted(pod: dict[str, Any], class_name: str) -> dict[str, Any]:
+    """``pod`` as the apiserver stored it: its class (the global default's where it named none), the Priority
+    plugin's priority and preemptionPolicy."""
+    pod = written(pod, class_name)
+    value, policy = WRITTEN[class_name]
+    pod["spec"].update(priority=value, preemptionPolicy=policy)
+    return pod
+
+
+def workload(kind: str, pod: dict[str, Any], name: str, owner: str = "") -> dict[str, Any]:
+    """A ``kind`` whose pod template is made of ``pod``, owned by ``owner`` ("Kind/name") if given."""
     meta = pod["metadata"]
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": meta["namespace"]},
-            "spec": {"selector": {"matchLabels": meta["labels"]},
-                     "template": {"metadata": {"labels": meta["labels"]},
-                                  "spec": {k: v for k, v in pod["spec"].items() if k not in ("nodeName", "priority",
-                                                                                             "preemptionPolicy")}}}}
+    template = {"metadata": {"labels": meta["labels"]},   # what a template never carries left out
+                "spec": {k: v for k, v in pod["spec"].items() if k not in ("nodeName", "priority",
+                                                                           "preemptionPolicy")}}
+    if kind in ("Job", "CronJob"):
+        template["spec"]["restartPolicy"] = "Never"
+    spec: dict[str, Any] = {"selector": {"matchLabels": meta["labels"]}, "template": template}
+    if kind == "Job":
+        spec = {"template": template}
+    elif kind == "CronJob":
+        spec = {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": template}}}
+    obj = {"apiVersion": "batch/v1" if kind in ("Job", "CronJob") else "apps/v1", "kind": kind,
+           "metadata": {"name": name, "namespace": meta["namespace"]}, "spec": spec}
+    if owner:
+        obj["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner.split("/")[0],
+                                               "name": owner.split("/")[1], "uid": "u", "controller": True}]
+    return obj
 
 
-def cronjob(pod: dict[str, Any], name: str) -> dict[str, Any]:
-    template = deployment(pod, name)["spec"]["template"]
-    return {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": name, "namespace": "colo-demo"},
-            "spec": {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": template}}}}
+# Every audited kind made from one pod: (kind/name as audit reports it, its owner, the object).
+OWNERS = {"Pod/app-7d9c-x": "ReplicaSet/app-7d9c", "Deployment/app": "", "StatefulSet/app": "", "DaemonSet/app": "",
+          "ReplicaSet/app-7d9c": "Deployment/app", "Job/app-29000": "CronJob/app", "CronJob/app": ""}
+
+
+def every_kind(pod: dict[str, Any], class_name: str, stored_class: str) -> list[dict[str, Any]]:
+    """The pod (stored with ``stored_class``) and every workload kind with ``pod`` written with ``class_name``
+    as its template, owned as in a cluster (a Deployment's ReplicaSet, a CronJob's Job)."""
+    template = written(pod, class_name)
+    stored = admitted(pod, stored_class)
+    stored["metadata"].update(name="app-7d9c-x", ownerReferences=[
+        {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "app-7d9c", "uid": "u", "controller": True}])
+    objs = [stored]
+    for key, owner in OWNERS.items():
+        kind, name = key.split("/")
+        if kind != "Pod":
+            objs.append(workload(kind, template, name, owner))
+    return objs
 
 
 def kubectl_list(items: list[dict[str, Any]]) -> dict[str, Any]:
@@ -90,7 +159,7 @@ def verdicts(found: list[dict[str, str]]) -> dict[str, tuple[str, str]]:
 # -- what a finding says ----------------------------------------------------------------------------------------
 def test_each_object_agrees_would_be_changed_or_would_be_denied(tmp_path: Path,
                                                                    capsys: pytest.CaptureFixture[str]) -> None:
-    items = [plain(), batch(), mixed(), deployment(batch(), "web"), cronjob(batch(), "nightly"),
+    items = [plain(), batch(), mixed(), workload("Deployment", batch(), "web"), workload("CronJob", batch(), "nightly"),
              {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s", "namespace": "default"}}]
     (tmp_path / "all.json").write_text(json.dumps(kubectl_list(items), indent=4))
     code, found, err = audit(["-f", str(tmp_path / "all.json"), "--all"], capsys)
@@ -111,24 +180,49 @@ def test_each_object_agrees_would_be_changed_or_would_be_denied(tmp_path: Path,
     assert "audited 5 object(s): 1 agree, 3 would be changed, 1 would be denied" in err
 
 
-def test_a_pod_as_stored_agrees_though_admission_wrote_its_priority(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    """spec.priority and preemptionPolicy were written by the Priority plugin: a pod that carries exactly what
-    it would be given again agrees; one whose stored priority its class no longer gives would be changed."""
-    (tmp_path / "p.json").write_text(json.dumps(kubectl_list([plain()])))
-    assert audit(["-f", str(tmp_path / "p.json")], capsys)[0] == 0
-    stale = plain()
-    stale["spec"]["priority"] = 7
-    (tmp_path / "p.json").write_text(json.dumps(kubectl_list([stale])))
-    code, found, _ = audit(["-f", str(tmp_path / "p.json")], capsys)
-    assert code == 1 and verdicts(found) == {"Pod/plain": ("changed", "priority")}
-    assert found[0]["detail"] == "add /spec/priority"
+def _stale(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["spec"]["priority"] = 7
+    return pod
 
 
-def test_a_change_no_rule_warns_about_is_named_by_its_patch(tmp_path: Path,
+def _gone(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["spec"].update(priorityClassName="gone", priority=5)
+    return pod
+
+
+@pytest.mark.parametrize(("change", "default_class", "expected"), [
+    (None, False, ("agrees", "")),
+    # The Priority plugin gives a pod made again its class's value now, with or without this webhook.
+    (_stale, False, ("agrees", "")),
+    (None, True, ("agrees", "")),   # made before the default class: made again, it gets the default's
+    # The plugin would refuse it, and what the rules would do after is unknown: a denial stays a finding.
+    (_gone, False, ("denied", "priority")),
+], ids=["as stored", "a priority its class no longer gives", "made before the default class", "class deleted"])
+def test_a_pod_as_stored_agrees_though_admission_wrote_its_priority(
+        change: Any, default_class: bool, expected: tuple[str, str], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """spec.priority and preemptionPolicy were written by the Priority plugin: what it would write again, or
+    anew, is the apiserver's doing, not the rules'."""
+    pod = plain()
+    if change is not None:
+        pod = change(pod)
+    state = state_dir(tmp_path, *([STANDARD] if default_class else []))
+    (tmp_path / "p.json").write_text(json.dumps(kubectl_list([pod])))
+    code, found, _ = audit(["-f", str(tmp_path / "p.json"), "--cluster-state", str(state), "--all"], capsys)
+    assert verdicts(found) == {"Pod/plain": expected}
+    assert code == (0 if expected[0] == "agrees" else 1)
+    if expected[0] == "denied":
+        assert found[0]["detail"] == 'pods "plain" is forbidden: no PriorityClass with name gone was found'
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment"])
+def test_a_change_no_rule_warns_about_is_named_by_its_patch(kind: str, tmp_path: Path,
                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    """A batch pod created before the webhook lacks the extended-resource-spec annotation it now writes."""
-    (tmp_path / "p.yaml").write_text(yaml.safe_dump(recorded("be-batch-0")))
+    """A batch pod created before the webhook lacks the extended-resource-spec annotation it now writes; so
+    does its Deployment's template, and the priority the plugin gives every pod is no part of the change."""
+    pod = recorded("be-batch-0")
+    obj = pod if kind == "Pod" else workload(kind, written(pod, "koord-batch"), "be-batch")
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(obj))
     code, found, _ = audit(["-f", str(tmp_path / "p.yaml")], capsys)
     assert code == 1
     assert found[0]["verdict"] == "changed" and found[0]["reason"] == "batch-resources"
@@ -149,12 +243,103 @@ def test_objects_that_cannot_be_audited_are_findings_not_crashes(tmp_path: Path,
     assert {f["verdict"] for f in found} == {"unusable"} and "3 could not be audited" in err
 
 
+# -- what the apiserver does to every pod anyway is no finding ------------------------------------------------------
+@pytest.mark.parametrize("default_class", [False, True], ids=["no default class", "a default class"])
+@pytest.mark.parametrize("class_name", ["", "high", "koord-prod", "system-node-critical"])
+def test_plain_workloads_of_every_kind_agree(class_name: str, default_class: bool, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """Pod templates carry no spec.priority: the Priority plugin writes it into every pod (and the default
+    class's name where the pod names none). Our priority rule writing the same is no finding: exit 0."""
+    state = state_dir(tmp_path, HIGH, *([STANDARD] if default_class else []))
+    stored_class = class_name or ("standard" if default_class else "")
+    (tmp_path / "objects.json").write_text(json.dumps(kubectl_list(every_kind(plain(), class_name, stored_class))))
+    code, found, err = audit(["-f", str(tmp_path / "objects.json"), "--cluster-state", str(state), "--all"], capsys)
+    assert verdicts(found) == dict.fromkeys(OWNERS, ("agrees", ""))
+    assert {f"{f['kind']}/{f['name']}": f["owner"] for f in found} == OWNERS
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("default_class", [False, True], ids=["no default class", "a default class"])
+def test_a_workload_a_profile_converts_is_named_with_its_owner(default_class: bool, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """The profiled namespace: every kind is a finding, named with its owner, saying what the profile and the
+    conversion change (a pod stored before the webhook ran carries the default class's priority, if any)."""
+    state = state_dir(tmp_path, HIGH, *([STANDARD] if default_class else []))
+    objs = every_kind(batch(), "", "standard" if default_class else "")
+    (tmp_path / "objects.json").write_text(json.dumps(kubectl_list(objs)))
+    code, found, _ = audit(["-f", str(tmp_path / "objects.json"), "--cluster-state", str(state)], capsys)
+    assert code == 1
+    assert verdicts(found) == dict.fromkeys(OWNERS, ("changed", "colocation-profile, batch-resources"))
+    assert {f"{f['kind']}/{f['name']}": f["owner"] for f in found} == OWNERS
+    assert {f["detail"] for f in found} == {BATCH_PROFILE}
+
+
+TIERS = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": {"tier": tier}}}
+         for ns, tier in (("shop", "prod"), ("basic", "basic"))] + [
+    {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+     "metadata": {"name": f"{tier}-tier"},
+     "spec": {"namespaceSelector": {"matchLabels": {"tier": tier}}, "priorityClassName": pc}}
+    for tier, pc in (("prod", "koord-prod"), ("basic", "standard"))]
+
+
+@pytest.mark.parametrize(("namespace", "class_name", "expected", "detail"), [
+    # a class the plugin would not give: spec.priority changes from the default's 100 (or high's 1000) to 9000
+    ("shop", "", "changed", "colocation profile prod-tier applied: priorityClassName koord-prod"),
+    ("shop", "high", "changed", "colocation profile prod-tier applied: priorityClassName koord-prod"),
+    ("basic", "high", "changed", "colocation profile basic-tier applied: priorityClassName standard"),
+    # what the plugin gives anyway: the profile's class already, or the global default for a pod that names none
+    ("shop", "koord-prod", "agrees", None),
+    ("basic", "", "agrees", None),
+], ids=["default->koord-prod", "high->koord-prod", "high->standard", "koord-prod already", "default->default"])
+def test_a_profile_that_sets_another_priority_class_is_a_finding(namespace: str, class_name: str, expected: str,
+                                                                 detail: str | None, tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    state = state_dir(tmp_path, HIGH, STANDARD, *TIERS)
+    pod = plain()
+    pod["metadata"]["namespace"] = namespace
+    (tmp_path / "objects.json").write_text(json.dumps(kubectl_list(every_kind(pod, class_name,
+                                                                              class_name or "standard"))))
+    code, found, _ = audit(["-f", str(tmp_path / "objects.json"), "--cluster-state", str(state), "--all"], capsys)
+    reason = "colocation-profile" if expected == "changed" else ""
+    assert verdicts(found) == dict.fromkeys(OWNERS, (expected, reason))
+    assert code == (1 if expected == "changed" else 0)
+    if detail is not None:
+        assert {f["detail"] for f in found} == {detail}
+
+
+def _op(path: str, value: Any, op: str = "add") -> dict[str, Any]:
+    return {"op": op, "path": f"/spec/{path}", "value": value}
+
+
+@pytest.mark.parametrize(("spec", "default", "ops", "left"), [
+    # what the plugin writes: the pod's class's value and policy, the default's (and its name) where it names none
+    ({"priorityClassName": "high"}, None, [_op("priority", 1000), _op("preemptionPolicy", PREEMPT)], []),
+    ({}, STANDARD, [_op("priorityClassName", "standard"), _op("priority", 100), _op("preemptionPolicy", "Never")],
+     []),
+    ({}, None, [_op("priority", 0), _op("preemptionPolicy", PREEMPT)], []),
+    # anything else stays: another class and its value, a value of another type, a removal, other fields
+    ({}, STANDARD, [_op("priorityClassName", "high"), _op("priority", 1000), _op("preemptionPolicy", "Never")],
+     [_op("priorityClassName", "high"), _op("priority", 1000)]),
+    ({"priorityClassName": "high"}, None, [_op("priorityClassName", "standard")], [_op("priorityClassName", "standard")]),
+    ({}, None, [_op("priority", 0.0), _op("priority", 0, "remove"), _op("schedulerName", "koord-scheduler")],
+     [_op("priority", 0.0), _op("priority", 0, "remove"), _op("schedulerName", "koord-scheduler")]),
+    # the plugin would refuse the pod (no such class): it writes nothing, so nothing is left out
+    ({"priorityClassName": "gone"}, None, [_op("priority", 0)], [_op("priority", 0)]),
+], ids=["own class", "default class", "no default", "another class", "class over the pod's", "not the plugin's",
+        "the plugin refuses"])
+def test_only_what_the_priority_plugin_writes_anyway_is_left_out(spec: dict[str, Any], default: dict[str, Any] | None,
+                                                                 ops: list[dict[str, Any]],
+                                                                 left: list[dict[str, Any]]) -> None:
+    classes = {"high": HIGH, "standard": STANDARD}
+    assert beyond_plugins({"spec": spec}, ops, classes.get, default) == left
+
+
 # -- output and filters --------------------------------------------------------------------------------------------
 def test_table_summary_and_filters(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     other = batch()
     other["metadata"].update(name="other", namespace="default")
     (tmp_path / "pods.json").write_text(json.dumps(kubectl_list([plain(), batch(), mixed(), other,
-                                                                 deployment(batch(), "web")]), indent=2))
+                                                                 workload("Deployment", batch(), "web")]), indent=2))
     f = str(tmp_path / "pods.json")
     assert main(["audit", "-f", f]) == 1
     table = capsys.readouterr().out.splitlines()
@@ -274,7 +459,7 @@ def test_a_cluster_is_read_page_by_page_with_its_own_state(tmp_path: Path,
                                                             **({"continue": f"page-{i + 1}"} if i < 2 else {})}}
             api.add_json("GET", PODS, body, query={"continue": f"page-{i}"} if i else {"limit": "2"},
                          watch=False)
-        web = deployment(batch(), "web")
+        web = workload("Deployment", batch(), "web")
         api.add_json("GET", DEPLOYMENTS, {"kind": "DeploymentList", "apiVersion": "apps/v1",
                                           "metadata": {"resourceVersion": "332"},
                                           "items": [{k: v for k, v in web.items() if k not in ("kind", "apiVersion")}]},

@@ -2,18 +2,24 @@
 
 Each subject goes through the very chains the webhook serves (``dry_run``: mutate, apply the patch, validate),
 as a dry-run CREATE of its pod, so what `audit` says is what the webhook would answer today.
+
+A change is a finding only where it goes beyond what the apiserver's own admission plugins do to every pod
+(``beyond_plugins``): the priority rule mirrors the Priority plugin, so on its own it would report every pod
+template in the cluster (templates never carry ``spec.priority``) for what the apiserver writes anyway.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.review import pod_review
 from webhook.admission.rules import priority
 from webhook.admission.service import ReviewService, dry_run
-from webhook.audit.subjects import ADMISSION_SPEC, Subject
+from webhook.audit.subjects import Subject
+from webhook.core.priority import resolve_priority
 
 AGREES, CHANGED, DENIED, UNUSABLE = "agrees", "changed", "denied", "unusable"
 
@@ -48,25 +54,54 @@ def audit(service: ReviewService, subject: Subject) -> Finding:
     if not outcome.allowed:
         return finding(DENIED, outcome.rule or "webhook", outcome.message)
     warnings = "; ".join(outcome.warnings)
-    if outcome.patch and (subject.stored is None or run.final != subject.stored):
-        ops, rules = _changes(outcome.patch, list(run.mutation.patch_rules), subject.stored)
-        return finding(CHANGED, ", ".join(rules) or "webhook", warnings or _patched(ops))
+    state = service.state
+    ops = beyond_plugins(subject.pod, outcome.patch, state.priority_class, state.default_priority_class())
+    if ops:
+        rules = ", ".join(_rules(run.mutation.patch_rules, ops))
+        return finding(CHANGED, rules or "webhook", warnings or _patched(ops))
     return finding(AGREES, "", warnings)
 
 
-def _changes(ops: list[dict[str, Any]], rules: list[str],
-             stored: dict[str, Any] | None) -> tuple[list[dict[str, Any]], list[str]]:
-    """The ops and rules that change the stored pod: the Priority rule writing back, unchanged, the values it
-    wrote when the pod was created (the audit leaves them out of what it sends) changes nothing."""
-    spec = (stored or {}).get("spec")
-    if not isinstance(spec, dict):
-        return ops, rules
-    written = {f"/spec/{k}": spec[k] for k in ADMISSION_SPEC if k in spec}
-    real = [op for op in ops if not (op["op"] != "remove" and op["path"] in written
-                                     and written[op["path"]] == op.get("value"))]
-    if not any(op["path"].startswith("/spec/priority") or op["path"] == "/spec/preemptionPolicy" for op in real):
+# What the Priority plugin writes into a pod; our priority rule (and a profile's class) write the same fields.
+PRIORITY_PATHS = ("/spec/priorityClassName", "/spec/priority", "/spec/preemptionPolicy")
+
+
+def beyond_plugins(pod: dict[str, Any], ops: list[dict[str, Any]],
+                   priority_class: Callable[[str], dict[str, Any] | None],
+                   default_class: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The ops of ``ops`` (the chains' patch of ``pod``) that do more than the apiserver's own admission plugins
+    do to ``pod`` anyway, with or without this webhook.
+
+    Of the plugins that write into every pod, only Priority has a mirror among the rules: it sets spec.priority
+    and spec.preemptionPolicy from the pod's own priorityClassName, or from the global default PriorityClass,
+    whose name it writes too, where the pod names none (``resolve_priority``, the rule's own resolution). An op
+    that writes exactly that value there is left out; any other value (a profile's class, so another priority)
+    stays, as does every other op. LimitRanger's defaults have no mirror (the limit-ranges rule only refuses),
+    nor have the other plugins'. Where the plugin would refuse the pod, it writes nothing: all ops stay."""
+    spec = pod.get("spec")
+    if not ops or not isinstance(spec, dict):
+        return ops
+    res = resolve_priority(spec, priority_class, default_class)
+    if res.error is not None:
+        return ops
+    plugin: dict[str, Any] = {"/spec/priority": res.priority, "/spec/preemptionPolicy": res.preemption_policy}
+    if res.class_name and not spec.get("priorityClassName"):
+        plugin["/spec/priorityClassName"] = res.class_name
+    return [op for op in ops if not (op["op"] in ("add", "replace") and op["path"] in plugin
+                                     and _same(op.get("value"), plugin[op["path"]]))]
+
+
+def _same(value: Any, plugin: Any) -> bool:
+    return type(value) is type(plugin) and value == plugin  # 1.0 or True is no priority the plugin writes
+
+
+def _rules(patch_rules: dict[str, int], ops: list[dict[str, Any]]) -> list[str]:
+    """The rules whose patch changes the pod: the priority rule only where one of its fields still changes
+    (it writes nothing else; a field it wrote as the plugin would is no change of the rules')."""
+    rules = list(patch_rules)
+    if not any(op["path"] in PRIORITY_PATHS for op in ops):
         rules = [r for r in rules if r != priority.NAME]
-    return real, rules
+    return rules
 
 
 def _patched(ops: list[dict[str, Any]], shown: int = 4) -> str:

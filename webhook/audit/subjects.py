@@ -52,7 +52,6 @@ class Subject:
     owner: str = ""                  # the controller that makes this object, "ReplicaSet/web-7d9c", or ""
     pod: dict[str, Any] | None = None
     problem: str = ""                # why it cannot be audited: no pod template, not an object
-    stored: dict[str, Any] | None = None  # a Pod as the cluster holds it, to tell a real change from a rewrite
 
 
 def _controller(meta: dict[str, Any]) -> str:
@@ -70,16 +69,16 @@ def subject(obj: dict[str, Any], kind: str | None = None) -> Subject:
     namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or meta.get("generateName") or "")
     owner = _controller(meta)
     if kind == "Pod":
-        stored = {k: v for k, v in obj.items() if k != "status"}
-        stored["metadata"] = {k: v for k, v in meta.items() if k not in _SERVER_METADATA}
-        stored.setdefault("apiVersion", "v1")
-        stored["kind"] = "Pod"
-        pod, spec = dict(stored), stored.get("spec")
+        pod = {k: v for k, v in obj.items() if k != "status"}
+        pod["metadata"] = {k: v for k, v in meta.items() if k not in _SERVER_METADATA}
+        pod.setdefault("apiVersion", "v1")
+        pod["kind"] = "Pod"
+        spec = pod.get("spec")
         if isinstance(spec, dict):
             # The Priority plugin's output: it refuses it as input where it now computes otherwise (a class made
             # the global default since), though the same pod made again gets the new values without a word.
             pod["spec"] = {k: v for k, v in spec.items() if k not in ADMISSION_SPEC}
-        return Subject(kind, namespace, name, owner, pod, stored=stored)
+        return Subject(kind, namespace, name, owner, pod)
     where = TEMPLATES.get(kind)
     if where is None:
         return Subject(kind, namespace, name, owner, problem=f"kind {kind or '(none)'} has no pod to audit")

@@ -208,7 +208,8 @@ def add_parser(sub: Any, codes: dict[int, str], review_settings: Any) -> None:
         epilog=exit_codes(codes, 0, 1, 2, 141),
         description="Put existing pods, and the pod templates of Deployments, StatefulSets, DaemonSets, "
                     "ReplicaSets, Jobs and CronJobs, through the webhook's chains as a dry-run CREATE, and say of "
-                    "each whether the rules agree with it, would change it (and how) or would deny it (and why). "
+                    "each whether the rules agree with it, would change it (and how; what the apiserver's Priority "
+                    "plugin writes into every pod anyway is no change) or would deny it (and why). "
                     "Exit 0 when every object agrees, 1 when any does not, 2 on unusable input.")
     src = a.add_mutually_exclusive_group()
     a.add_argument("-f", "--filename", action="append", metavar="FILE|DIR",
