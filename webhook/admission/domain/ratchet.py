@@ -12,7 +12,7 @@ anew, as CRD ratcheting judges a changed field: ``0.5`` -> ``0.7`` is refused, `
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
 from webhook.core.fielderrors import aggregate
@@ -21,30 +21,30 @@ from webhook.core.fielderrors import aggregate
 class Ratchet(NamedTuple):
     """A rule's findings about the pod, split by what the old object already carried."""
 
-    refused: list[str]   # what the update brings (every finding on CREATE): the rule denies these
-    carried: list[str]   # what the old object already carried: allowed, and said so
+    refused: Sequence[str]   # what the update brings (every finding on CREATE): the rule denies these
+    carried: Sequence[str]   # what the old object already carried: allowed, and said so
 
 
-def ratchet(errors: list[str], old_errors: Collection[str]) -> Ratchet:
+def ratchet(errors: Sequence[str], old_errors: Collection[str]) -> Ratchet:
     """``errors`` (a rule's findings about the new object, in its order) split into those not among
     ``old_errors`` (the same rule's findings about the old object) and those that are."""
     if not old_errors:
-        return Ratchet(errors, [])
+        return Ratchet(errors, ())
     return Ratchet([e for e in errors if e not in old_errors], [e for e in errors if e in old_errors])
 
 
-def carried_note(carried: list[str]) -> str:
+def carried_note(carried: Sequence[str]) -> str:
     """The ``--explain`` line for findings the old object already carried."""
     return f"allowed on UPDATE, the old object already carried it (the update does not add it): {aggregate(carried)}"
 
 
-def carried_warning(rule: str, carried: list[str]) -> str:
+def carried_warning(rule: str, carried: Sequence[str]) -> str:
     """The client's warning: the rule and its first carried finding (the field path first, so the apiserver's
     120-character cut keeps what matters)."""
     more = f" (+{len(carried) - 1} more)" if len(carried) > 1 else ""
     return f"{rule}: already so before this update, allowed{more}: {carried[0]}"
 
 
-def carried_audit(carried: list[str]) -> str:
+def carried_audit(carried: Sequence[str]) -> str:
     """The audit annotation: every carried finding, for an operator looking for such pods."""
     return f"allowed on UPDATE, already carried by the old object: {aggregate(carried)}"
