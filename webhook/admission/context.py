@@ -149,7 +149,7 @@ class ValidatingContext(_Context):
         warning line and an audit annotation). ``findings`` runs on the old object only when it finds something."""
         errors = findings(self)
         if not errors or self.request.operation != "UPDATE" or not isinstance(self.old_pod, dict):
-            return Ratchet([*always, *errors] if always else errors, ())  # CREATE: no copy, on the hot path
+            return Ratchet([*always, *errors] if always else errors, ())  # the common path: no copy
         old = ValidatingContext(self.request, self.state, self.settings, self.old_pod, None)
         verdict = ratchet(errors, findings(old))
         if verdict.carried:
