@@ -133,8 +133,8 @@ def test_small_batch_cpu_is_not_warned_here() -> None:
 
 
 def test_update_checked_too() -> None:
-    bad = one("0.5")
-    d = validate(bad, "UPDATE", old=bad)
+    # What the update brings is refused; what the old pod already carried is not (tests/test_ratcheting.py).
+    d = validate(one("0.5"), "UPDATE", old=one("500"))
     assert not d.allowed and d.rule == "batch-units"
 
 

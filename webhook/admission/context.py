@@ -4,15 +4,18 @@ A mutating rule gets a ``MutatingContext``: the working pod, the ``PatchBuilder`
 it, and ``MutatingFacts`` that earlier rules filled in. A validating rule gets a ``ValidatingContext``, which has
 no patch builder at all: a validating webhook that sent a patch would be refused by the apiserver, so a validating
 rule cannot make one. Both add warnings and audit annotations through the context; the chain turns them, with the
-first denial, into the answer.
+first denial, into the answer. A validating rule judges through ``ValidatingContext.judge``, so that on UPDATE it
+refuses only what the update brings (``domain.ratchet``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from webhook.admission.domain.patch import PatchBuilder
+from webhook.admission.domain.ratchet import Ratchet, carried_audit, carried_note, carried_warning, ratchet
 from webhook.admission.response import WARNING_LIMIT
 from webhook.admission.review import AdmissionRequest
 from webhook.cluster.state import ClusterState
@@ -137,3 +140,21 @@ class ValidatingContext(_Context):
             spec = self.pod.get("spec")
             self._resource_lists = resource_lists(spec if isinstance(spec, dict) else {})
         return self._resource_lists
+
+    def judge(self, rule: str, findings: Callable[[ValidatingContext], list[str]],
+              always: Sequence[str] = ()) -> Ratchet:
+        """What rule ``rule`` refuses: ``always`` (errors no old object excuses: a forbidden transition), then
+        what ``findings`` (the rule's errors about the pod a context holds) finds here, ratcheted on UPDATE: an
+        error the old object already carried is allowed (an ``--explain`` line; when nothing is refused also one
+        warning line and an audit annotation). ``findings`` runs on the old object only when it finds something."""
+        errors = findings(self)
+        if not errors or self.request.operation != "UPDATE" or not isinstance(self.old_pod, dict):
+            return Ratchet([*always, *errors] if always else errors, ())  # the common path: no copy
+        old = ValidatingContext(self.request, self.state, self.settings, self.old_pod, None)
+        verdict = ratchet(errors, findings(old))
+        if verdict.carried:
+            self.note(rule, carried_note(verdict.carried))
+            if not always and not verdict.refused:
+                self.warn(carried_warning(rule, verdict.carried))
+                self.audit(rule, carried_audit(verdict.carried))
+        return Ratchet([*always, *verdict.refused], verdict.carried)

@@ -2,7 +2,9 @@
 
 Containers, init containers and ``spec.overhead`` all count (``core.batch_validation.mixing_error``). As the
 first validating rule it also answers 400 for a pod whose outline is malformed or that holds a value
-that is no quantity (what the apiserver's decoder refuses), so the rules after it can trust both.
+that is no quantity (what the apiserver's decoder refuses), so the rules after it can trust both. On UPDATE only
+a mix the update brings is refused (``ctx.judge``, ``domain.ratchet``); the 400s stand, as the apiserver could
+never have stored such an object.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ def handles(request: AdmissionRequest) -> bool:
     return request.is_pod and request.operation in ("CREATE", "UPDATE")
 
 
+def findings(ctx: ValidatingContext) -> list[str]:
+    message = mixing_error(ctx.resource_lists)
+    return [] if message is None else [message]
+
+
 def validate(ctx: ValidatingContext) -> Denial | None:
     shape = review_shape_error(ctx.pod, ctx.old_pod if ctx.request.operation == "UPDATE" else None)
     if shape is not None:
@@ -29,8 +36,9 @@ def validate(ctx: ValidatingContext) -> Denial | None:
     bad = quantity_errors(lists)
     if bad:
         return bad_request(aggregate(bad))
-    message = mixing_error(lists)
-    if message is not None:
-        return denied(message)
-    ctx.note(NAME, "containers, init containers and overhead: batch and native cpu/memory not mixed")
+    verdict = ctx.judge(NAME, findings)
+    if verdict.refused:
+        return denied(aggregate(verdict.refused))
+    if not verdict.carried:
+        ctx.note(NAME, "containers, init containers and overhead: batch and native cpu/memory not mixed")
     return None

@@ -3,6 +3,8 @@
 Batch resources need QoS BE; BE must not run as koord-prod or without a class; LSR must be
 koord-prod; LSR/LSE request whole cpus; on UPDATE the QoS class, the priority class and the
 ``koordinator.sh/priority`` label are immutable. All errors are reported together, as upstream.
+On UPDATE the pod checks refuse only what the update brings (``ctx.judge``, ``domain.ratchet``); the
+immutable fields are refused always.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ def handles(request: AdmissionRequest) -> bool:
     return request.is_pod and request.operation in ("CREATE", "UPDATE")
 
 
+def findings(ctx: ValidatingContext) -> list[str]:
+    return pod_errors(ctx.pod)
+
+
 def validate(ctx: ValidatingContext) -> Denial | None:
-    errors: list[str] = []
-    if ctx.request.operation == "UPDATE" and isinstance(ctx.old_pod, dict):
-        errors += immutable_errors(ctx.old_pod, ctx.pod)
-    errors += pod_errors(ctx.pod)
+    immutable = (immutable_errors(ctx.old_pod, ctx.pod)
+                 if ctx.request.operation == "UPDATE" and isinstance(ctx.old_pod, dict) else [])
+    errors = ctx.judge(NAME, findings, always=immutable).refused
     if errors:
         return denied(aggregate(errors))
     if ctx.explain is not None:
