@@ -253,6 +253,8 @@ def fold_pod_level(spec: dict[str, Any], cpu_name: str, mem_name: str) -> PodLev
                 done.append(f"spec.resources {name} moved into the container")
                 continue
         kind = "requests" if not request_goes else "limits"
+        if kind == "requests" and name not in (level.get("requests") or {}):
+            kind = "limits"   # the request is the apiserver's default from the limit: name what the user wrote
         value = request if kind == "requests" else limit
         raw = (level.get(kind) or {}).get(name, format_decimal_si(value or Decimal(0)))
         why = f"{len(everyone)} containers share it" if not alone else "it is above the container's own limit"

@@ -15,6 +15,7 @@ from webhook.core.resources import (
     BATCH_NAMES,
     LEGACY_BATCH,
     NATIVE_RESOURCES,
+    POD_LEVEL_OWNER,
     ResourceList,
     asks,
     resource_list_path,
@@ -23,6 +24,8 @@ from webhook.core.resources import (
 
 MIXING_ADVICE = ("a pod uses either batch resources (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) "
                  "or native cpu and memory, not both")
+POD_LEVEL_ADVICE = ("remove cpu and memory from spec.resources and write them in the containers as "
+                    "kubernetes.io/batch-cpu and batch-memory (the apiserver takes no batch resource at pod level)")
 PROTOCOL_ADVICE = ("a pod names its batch resources in one protocol: kubernetes.io/batch-cpu and batch-memory "
                    "(Koordinator) or the legacy alibabacloud.com/reclaimed-cpu and reclaimed-memory, not both")
 # {name}: kubernetes.io/batch-cpu, or the legacy alibabacloud.com/reclaimed-cpu it stands for
@@ -67,7 +70,11 @@ def mixing_error(lists: list[ResourceList]) -> str | None:
             return f"{owner} asks for both {names[0]} and {native[owner][0]}: {MIXING_ADVICE}"
     b_owner, b_names = next(iter(batch.items()))
     n_owner, n_names = next(iter(native.items()))
-    return f"{b_owner} asks for {b_names[0]} and {n_owner} asks for {n_names[0]}: {MIXING_ADVICE}"
+    advice = MIXING_ADVICE
+    if POD_LEVEL_OWNER in native:  # the pod level takes no batch resource: say where they go instead
+        n_owner, n_names = POD_LEVEL_OWNER, native[POD_LEVEL_OWNER]
+        advice += "; " + POD_LEVEL_ADVICE
+    return f"{b_owner} asks for {b_names[0]} and {n_owner} asks for {n_names[0]}: {advice}"
 
 
 def _protocol_mix(batch: dict[str, list[str]]) -> str | None:
