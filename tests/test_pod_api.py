@@ -101,6 +101,13 @@ MUTATE_CASES: list[tuple[str, dict, dict[str, Any] | str]] = [
     ("koord-mid: pod-level values move as mid resources",
      batch_pod([c("app")], prio=7000, klass="koord-mid", resources={"requests": {"cpu": "1", "memory": "1Gi"}}),
      {"spec.resources": ABSENT, "spec.containers.0.resources": {"requests": {MC: "1000", MM: GI}}}),
+    # -- what the apiserver's validation would refuse after the conversion: refused first, with the way out
+    ("a container's hugepages would be left without cpu or memory: refused",
+     batch_pod([c("app", {"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "100Mi"},
+                  {"cpu": "1", "memory": "1Gi", "hugepages-2Mi": "100Mi"})]),
+     f"spec.containers[0].resources: Forbidden: HugePages require cpu or memory (converted to {BC}/{BM}, it would "
+     "hold hugepages-2Mi alone, and the apiserver refuses that after the webhooks: remove hugepages-2Mi from the "
+     "pod, or keep it out of the band whose resources it is converted to)"),
     # -- pod-level resources: no exact way, refused with the fix
     ("two containers share the pod-level request: refused",
      batch_pod([c("a"), c("b")], resources={"requests": {"cpu": "2", "memory": "1Gi"}}),

@@ -21,6 +21,7 @@ from webhook.admission.domain.batch_conversion import (
     convert_pod,
     cpu_notes,
     fold_pod_level,
+    hugepages_alone,
     limit_ranger_defaults,
     targets_for,
 )
@@ -131,6 +132,13 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceLis
     if not changes:
         ctx.note(NAME, f"{band} (priority {priority}): nothing to convert")
         return None
+    for path, new, _done in changes:
+        # Containers only: the pod level takes hugepages alone (validatePodResources has no such rule).
+        alone = hugepages_alone(f"spec.{path[1]}[{path[2]}].resources", new, cpu_name, mem_name) \
+            if len(path) == 4 else None
+        if alone is not None:
+            ctx.note(NAME, alone)
+            return denied(alone)
     # Texts from the pod as it came, before the writes below.
     owners: set[tuple[str, int]] = {(str(p[1]), int(p[2])) if len(p) == 4 else ("resources", 0)
                                     for p, _, _ in changes}
