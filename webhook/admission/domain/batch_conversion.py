@@ -349,16 +349,24 @@ def cpu_notes(lists: list[ResourceList], converted: set[tuple[str, int]], cpu_na
 HUGEPAGES_ALONE = "Forbidden: HugePages require cpu or memory"   # upstream ValidateResourceRequirements
 
 
-def hugepages_alone(path: str, resources: Any, cpu_name: str, mem_name: str) -> str | None:
-    """The apiserver's refusal, with the way out, when a container's converted ``resources`` would hold hugepages
-    without cpu or memory: the apiserver validates after the webhooks that a container's hugepages come with cpu
-    or memory, and batch-cpu/batch-memory are neither. ``path``: its field path."""
-    if not isinstance(resources, dict):
-        return None
-    names = [n for kind in ("requests", "limits") if isinstance(resources.get(kind), dict) for n in resources[kind]]
-    pages = next((n for n in names if n.startswith(HUGEPAGES_PREFIX)), None)
-    if pages is None or CPU in names or MEMORY in names:
-        return None
+def hugepages_alone(resources: Any) -> str | None:
+    """The hugepages name a container's converted ``resources`` would hold without cpu or memory, else None: the
+    apiserver validates after the webhooks that a container's hugepages come with cpu or memory, and
+    batch-cpu/batch-memory are neither (``hugepages_text`` says so). A loop over a few keys per converted
+    container; the text is built only on a hit."""
+    pages = None
+    for kind in ("requests", "limits"):
+        values = resources.get(kind) if isinstance(resources, dict) else None
+        if values:
+            for name in values:
+                if name in (CPU, MEMORY):
+                    return None
+                if pages is None and name.startswith(HUGEPAGES_PREFIX):
+                    pages = name
+    return pages
+
+
+def hugepages_text(path: str, pages: str, cpu_name: str, mem_name: str) -> str:
     return (f"{path}: {HUGEPAGES_ALONE} (converted to {cpu_name}/{mem_name}, it would hold {pages} alone, and the "
             f"apiserver refuses that after the webhooks: remove {pages} from the pod, or keep it out of the band "
             "whose resources it is converted to)")

@@ -22,6 +22,7 @@ from webhook.admission.domain.batch_conversion import (
     cpu_notes,
     fold_pod_level,
     hugepages_alone,
+    hugepages_text,
     limit_ranger_defaults,
     targets_for,
 )
@@ -134,11 +135,11 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceLis
         return None
     for path, new, _done in changes:
         # Containers only: the pod level takes hugepages alone (validatePodResources has no such rule).
-        alone = hugepages_alone(f"spec.{path[1]}[{path[2]}].resources", new, cpu_name, mem_name) \
-            if len(path) == 4 else None
-        if alone is not None:
-            ctx.note(NAME, alone)
-            return denied(alone)
+        pages = hugepages_alone(new) if len(path) == 4 else None
+        if pages is not None:
+            text = hugepages_text(f"spec.{path[1]}[{path[2]}].resources", pages, cpu_name, mem_name)
+            ctx.note(NAME, text)
+            return denied(text)
     # Texts from the pod as it came, before the writes below.
     owners: set[tuple[str, int]] = {(str(p[1]), int(p[2])) if len(p) == 4 else ("resources", 0)
                                     for p, _, _ in changes}
