@@ -69,7 +69,7 @@ def bytes_text(raw: object) -> str:
 
 
 def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
-                 prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+                 prefix: str = "", pages: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """A ResourceList with cpu/memory renamed and re-expressed; also the native keys converted
     (each as ``prefix`` + name).
 
@@ -77,7 +77,7 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
     as Koordinator does; ``convert_pod`` does not convert a list that asks for one). An unparsable
     quantity is left alone (the rules deny such a pod before converting: ``resources.quantity_errors``).
     The result shares no map or list with ``values`` (a malformed value is copied), so a patch op
-    may hold it as it is.
+    may hold it as it is. ``pages``, when given, gets the hugepages names kept (``hugepages_alone``).
     """
     out: dict[str, Any] = {}
     done: list[str] = []
@@ -92,17 +92,21 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
             done.append(prefix + name)
         elif name not in out:
             out[name] = clone(raw) if isinstance(raw, (dict, list)) else raw
+            if pages is not None and name.startswith(HUGEPAGES_PREFIX):  # rare: only names other than cpu/memory
+                pages.append(name)
     return out, done
 
 
-def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
-    """A container's ``resources`` converted; a limit without a request gets the request = limit."""
+def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str,
+                      pages: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """A container's ``resources`` converted; a limit without a request gets the request = limit. ``pages``: as
+    ``convert_list``'s."""
     out = dict(resources)
     done: list[str] = []
     for kind, prefix in (("requests", "requests."), ("limits", "limits.")):
         values = resources.get(kind)
         if isinstance(values, dict):
-            out[kind], converted = convert_list(values, cpu_name, mem_name, prefix)
+            out[kind], converted = convert_list(values, cpu_name, mem_name, prefix, pages)
             done += converted
     limits = out.get("limits")
     if isinstance(limits, dict):
@@ -164,16 +168,20 @@ def _without_put_back(resources: dict[str, Any], put_back: dict[str, frozenset[s
 
 def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str,
                 defaulted: Defaulted | None = None) -> tuple[list[tuple[Path, Any, list[str]]],
-                                                             list[tuple[Path, str, Any]]]:
-    """(changes, skipped). A change is (path under the pod, new value, what changed) for every
+                                                             list[tuple[Path, str, Any]], list[tuple[Path, str]]]:
+    """(changes, skipped, alone). A change is (path under the pod, new value, what changed) for every
     container resources that change (``spec.overhead`` is the RuntimeClass's and never converted: the
     RuntimeClass plugin refuses a pod whose overhead differs from its class's). A container is not converted
     at all when a conversion would write over a value it already asks for with another one (its
     ``batch-cpu: 500`` next to ``cpu: 2``): the user's value would be lost, and the validating
     no-mixing rule reports the mix instead, unless LimitRanger put the native value back (``defaulted``, from
-    its annotation): then the native value goes. skipped lists (path, that name, its value)."""
+    its annotation): then the native value goes. skipped lists (path, that name, its value). alone lists (path,
+    hugepages name) of the converted containers that would hold hugepages without cpu or memory
+    (``hugepages_text``)."""
     changes: list[tuple[Path, Any, list[str]]] = []
     skipped: list[tuple[Path, str, Any]] = []
+    alone: list[tuple[Path, str]] = []
+    pages: list[str] = []
     for field, i, c in iter_containers(spec):
         resources = c.get("resources")
         if not isinstance(resources, dict):
@@ -191,10 +199,13 @@ def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str,
         if clash is not None:
             skipped.append((path, *clash))
             continue
-        new, done = convert_resources(resources, cpu_name, mem_name)
+        seen = len(pages)
+        new, done = convert_resources(resources, cpu_name, mem_name, pages)
         if done or gone:
             changes.append((path, new, gone + done))
-    return changes, skipped
+            if len(pages) > seen and done:   # cpu/memory converted away, hugepages kept
+                alone.append((path, pages[seen]))
+    return changes, skipped, alone
 
 
 # -- pod-level resources (spec.resources) -----------------------------------------------------------------------
@@ -347,23 +358,8 @@ def cpu_notes(lists: list[ResourceList], converted: set[tuple[str, int]], cpu_na
 
 
 HUGEPAGES_ALONE = "Forbidden: HugePages require cpu or memory"   # upstream ValidateResourceRequirements
-
-
-def hugepages_alone(resources: Any) -> str | None:
-    """The hugepages name a container's converted ``resources`` would hold without cpu or memory, else None: the
-    apiserver validates after the webhooks that a container's hugepages come with cpu or memory, and
-    batch-cpu/batch-memory are neither (``hugepages_text`` says so). A loop over a few keys per converted
-    container; the text is built only on a hit."""
-    pages = None
-    for kind in ("requests", "limits"):
-        values = resources.get(kind) if isinstance(resources, dict) else None
-        if values:
-            for name in values:
-                if name in (CPU, MEMORY):
-                    return None
-                if pages is None and name.startswith(HUGEPAGES_PREFIX):
-                    pages = name
-    return pages
+# The apiserver validates after the webhooks that a container's hugepages come with cpu or memory, and
+# batch-cpu/batch-memory are neither (``convert_pod``'s alone). The pod level takes hugepages alone.
 
 
 def hugepages_text(path: str, pages: str, cpu_name: str, mem_name: str) -> str:

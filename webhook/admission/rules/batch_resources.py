@@ -21,7 +21,6 @@ from webhook.admission.domain.batch_conversion import (
     convert_pod,
     cpu_notes,
     fold_pod_level,
-    hugepages_alone,
     hugepages_text,
     limit_ranger_defaults,
     targets_for,
@@ -118,10 +117,10 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceLis
     if isinstance(folded, str):
         ctx.note(NAME, folded)
         return denied(folded)
-    changes, skipped = convert_pod(spec if folded is None else folded[0], *targets, defaulted)
+    changes, skipped, alone = convert_pod(spec if folded is None else folded[0], *targets, defaulted)
     if folded is not None:
         if skipped:  # a container keeps its cpu next to its batch value: so does the pod; the validating chain says
-            changes, skipped = convert_pod(spec, *targets, defaulted)
+            changes, skipped, alone = convert_pod(spec, *targets, defaulted)
         else:
             changes.append((("spec", "resources"), folded[1], folded[2]))
     band = band_of(priority)
@@ -133,13 +132,11 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceLis
     if not changes:
         ctx.note(NAME, f"{band} (priority {priority}): nothing to convert")
         return None
-    for path, new, _done in changes:
-        # Containers only: the pod level takes hugepages alone (validatePodResources has no such rule).
-        pages = hugepages_alone(new) if len(path) == 4 else None
-        if pages is not None:
-            text = hugepages_text(f"spec.{path[1]}[{path[2]}].resources", pages, cpu_name, mem_name)
-            ctx.note(NAME, text)
-            return denied(text)
+    if alone:  # the apiserver would refuse the converted container: say so first, with the way out
+        path, pages = alone[0]
+        text = hugepages_text(f"spec.{path[1]}[{path[2]}].resources", pages, cpu_name, mem_name)
+        ctx.note(NAME, text)
+        return denied(text)
     # Texts from the pod as it came, before the writes below.
     owners: set[tuple[str, int]] = {(str(p[1]), int(p[2])) if len(p) == 4 else ("resources", 0)
                                     for p, _, _ in changes}
