@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.apiserver import load_exchange
+from webhook.agent.agent import pod_view
 from webhook.agent.domain.batch_allocatable import (
     PodLoad,
     UsageWindow,
@@ -105,3 +106,38 @@ def test_usage_window_averages_and_expires() -> None:
 @pytest.mark.parametrize("last,now,expected", [(None, 0, True), (0, 900, False), (0, 901, True)])
 def test_degrade_after_15_minutes(last: float | None, now: float, expected: bool) -> None:
     assert degraded(last, now, 15) is expected
+
+
+# -- today's pod API: a BE pod's sandbox overhead, pod-level resources, native sidecars (issue 27 §3) ----------
+def _pod(name: str, be: bool, containers: list[dict], init: list[dict] | None = None, **spec: object) -> dict:
+    labels = {"koordinator.sh/qosClass": "BE"} if be else {}
+    return {"metadata": {"name": name, "uid": name, "labels": labels},
+            "spec": {"containers": containers, "initContainers": init or [], **spec}}
+
+
+def _c(name: str, requests: dict | None = None, limits: dict | None = None, **extra: object) -> dict:
+    return {"name": name, "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v}, **extra}
+
+
+KATA_BE = _pod("kata-be", True, [_c("app", {BATCH_CPU: "2000", BATCH_MEMORY: "4Gi"})], runtimeClassName="kata",
+               overhead={"cpu": "250m", "memory": "160Mi"})
+HP_SIDECAR_POD_LEVEL = _pod("hp", False, [_c("app", {"cpu": "1"})], [_c("proxy", {"cpu": "500m"}, restartPolicy="Always")],
+                            resources={"requests": {"memory": "2Gi"}})
+
+
+@pytest.mark.parametrize("name,pods,policy,cpu,memory", [
+    # The scheduler charges a BE pod's overhead to the node's native cpu/memory: batch lends only the rest.
+    ("a BE pod's sandbox overhead is held natively", [KATA_BE], "usage", 5200 - 250, int(32 * GI * 0.65) - 160 * 2**20),
+    ("... under memory policy request too", [KATA_BE], "request", 5200 - 250, int(32 * GI * 0.65) - 160 * 2**20),
+    # An unmeasured non-BE pod counts its requests as PodRequests does: the sidecar beside the container (cpu
+    # 1 + 0.5), the pod-level memory in place of the containers' (none).
+    ("a non-BE pod's sidecar and pod-level request", [HP_SIDECAR_POD_LEVEL], "usage", 5200 - 1500,
+     int(32 * GI * 0.65) - 2 * GI),
+])
+def test_batch_allocatable_reads_todays_pod_api(name: str, pods: list[dict], policy: str, cpu: int,
+                                                memory: int) -> None:
+    views = [pod_view(p) for p in pods]
+    loads = [PodLoad(v.be, None, None, v.cpu_request_milli, v.memory_request, v.overhead_cpu_milli,
+                     v.overhead_memory) for v in views]
+    r = batch_allocatable(8000, 32 * GI, 0, 0, loads, 65, 65, policy)
+    assert (r.cpu_milli, r.memory) == (cpu, memory)

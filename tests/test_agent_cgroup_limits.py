@@ -233,3 +233,27 @@ def test_v1_plans_are_accepted_by_the_kernel_at_every_step(be_quota: int, suppre
                 assert q != UNLIMITED and q <= wanted
                 if final_be == UNLIMITED and path.count("/") == 1:
                     assert q == wanted
+
+
+# -- a BE pod's sandbox overhead and native sidecars (issue 27 §3) ------------------------------------------------
+SIDECAR = {"name": "proxy", "restartPolicy": "Always",
+           "resources": {"limits": {"kubernetes.io/batch-cpu": "500", "kubernetes.io/batch-memory": "256Mi"}}}
+
+
+@pytest.mark.parametrize("name,pod,want", [
+    # The overhead stays native cpu/memory (the RuntimeClass's); the sandbox runs in the pod's cgroup, and the
+    # kubelet adds it to the pod level's requests and to its limits that exist: so does the BE pod level.
+    ("overhead in the pod level", {**be_pod(container("a", BATCH)), "spec": {
+        "containers": [container("a", BATCH)], "overhead": {"cpu": "250m", "memory": "160Mi"}}},
+     Limits(1750, 1750, GI + 160 * MI)),
+    ("a native sidecar beside the container, plus the overhead", {**be_pod(), "spec": {
+        "containers": [container("a", BATCH)], "initContainers": [SIDECAR], "overhead": {"cpu": "100m"}}},
+     Limits(2100, 2100, GI + 256 * MI)),
+    ("no pod-level limit: the overhead goes on the request only", {**be_pod(), "spec": {
+        "containers": [container("a", None, {"kubernetes.io/batch-cpu": "100"})], "overhead": {"cpu": "100m"}}},
+     Limits(None, 200, None)),
+])
+def test_the_sandbox_overhead_is_in_the_pod_level(name: str, pod: dict[str, Any], want: Limits) -> None:
+    limits = pod_limits(pod)
+    assert limits.pod == want
+    assert limits.containers["a"] in (Limits(1500, 1500, GI), Limits(None, 100, None))   # no overhead there

@@ -70,6 +70,11 @@ resources = st.fixed_dictionaries({}, optional={
     "limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), QUANTITY, max_size=2),
 })
 
+pod_level = st.fixed_dictionaries({}, optional={
+    "requests": st.dictionaries(st.sampled_from(["cpu", "memory", "hugepages-2Mi"]), QUANTITY, max_size=3),
+    "limits": st.dictionaries(st.sampled_from(["cpu", "memory"]), QUANTITY, max_size=2),
+})
+
 
 @st.composite
 def pods(draw):  # type: ignore[no-untyped-def]
@@ -93,6 +98,12 @@ def pods(draw):  # type: ignore[no-untyped-def]
         spec["priorityClassName"] = cls
     if draw(st.booleans()):
         spec["initContainers"] = [{"name": "init", "image": "busybox", "resources": draw(resources)}]
+        if draw(st.booleans()):  # a native sidecar
+            spec["initContainers"][0]["restartPolicy"] = "Always"
+    if draw(st.booleans()):  # pod-level resources (spec.resources), on by default since 1.34
+        spec["resources"] = draw(pod_level)
+    if draw(st.booleans()):  # a RuntimeClass's overhead
+        spec["overhead"] = draw(st.dictionaries(st.sampled_from(["cpu", "memory"]), QUANTITY, min_size=1))
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 

@@ -323,12 +323,13 @@ def test_batch_resources(name: str, prio: int, requests: dict | None, limits: di
     assert res.get("limits") == want_lim
 
 
-def test_batch_covers_init_containers_and_overhead_and_writes_the_annotation() -> None:
+def test_batch_covers_init_containers_not_overhead_and_writes_the_annotation() -> None:
     p = pod(requests={"cpu": "500m", "memory": "1Gi"}, limits={"cpu": "1", "memory": "1Gi"},
             priorityClassName="koord-batch", priority=5000, overhead={"cpu": "100m", "memory": "10Mi"})
     p["spec"]["initContainers"] = [{"name": "init", "image": "busybox", "resources": {"limits": {"cpu": "50m"}}}]
     decision, out = mutate(p, make_state())
-    assert out["spec"]["overhead"] == {"kubernetes.io/batch-cpu": "100", "kubernetes.io/batch-memory": "10485760"}
+    # the RuntimeClass's overhead stays: its admission plugin refuses a pod whose overhead differs from the class's
+    assert out["spec"]["overhead"] == {"cpu": "100m", "memory": "10Mi"}
     assert resources_of(out, 0, "initContainers") == {"limits": {"kubernetes.io/batch-cpu": "50"},
                                                        "requests": {"kubernetes.io/batch-cpu": "50"}}
     # Go's encoding of ExtendedResourceSpec: sorted keys, canonical quantities, regular containers only
@@ -569,10 +570,8 @@ ALREADY_CASES = [
     ("mid-memory in the mid band", 7000, {"kubernetes.io/mid-memory": "1Gi", "memory": "2Gi"}, None,
      None, {"kubernetes.io/mid-memory": "1Gi", "memory": "2Gi"},
      'container "app" already asks for kubernetes.io/mid-memory "1Gi": its cpu/memory are not converted', None),
-    ("overhead asking for batch-cpu keeps its cpu", 5000, {"kubernetes.io/batch-cpu": "1k"}, None,
-     {"kubernetes.io/batch-cpu": "100", "cpu": "250m"}, {"kubernetes.io/batch-cpu": "1k"},
-     'pod overhead already asks for kubernetes.io/batch-cpu "100": its cpu/memory are not converted',
-     f'pod overhead asks for both kubernetes.io/batch-cpu and cpu: {MIXING_NOTE}'),
+    ("overhead is the RuntimeClass's: not converted, no mix", 5000, {"kubernetes.io/batch-cpu": "1k"}, None,
+     {"kubernetes.io/batch-cpu": "100", "cpu": "250m"}, {"kubernetes.io/batch-cpu": "1k"}, None, None),
 ]
 
 

@@ -26,6 +26,7 @@ from webhook.agent.domain.cgroup_limits import (
     Current,
     Folder,
     plan_writes,
+    sandbox_overhead,
 )
 from webhook.agent.domain.coexistence import COUNTERPART, Capability, node_status_overwritten, rewrites
 from webhook.agent.domain.eviction import (
@@ -55,7 +56,7 @@ from webhook.agent.notify import WAKE, MemoryWatch
 from webhook.cluster.state import SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, ClusterState
 from webhook.core.qos import is_be, is_terminal, kube_qos_class
 from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
-from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, pod_requests
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_RESOURCES, CPU, MEMORY, pod_requests
 
 log = logging.getLogger("colocation-agent")
 T = TypeVar("T")
@@ -95,15 +96,19 @@ class PodView:
     finished: bool            # Succeeded or Failed
     cpu_request_milli: int
     memory_request: int
+    overhead_cpu_milli: int = 0      # a BE pod's sandbox overhead (spec.overhead), native: batch_allocatable
+    overhead_memory: int = 0
 
 
 def pod_view(pod: dict[str, Any]) -> PodView:
     be = is_be(pod)
     req = pod_requests(pod)
+    overhead = sandbox_overhead(pod) if be and (pod.get("spec") or {}).get("overhead") else {}
     return PodView(pod, (pod.get("metadata") or {}).get("uid") or "", be,
                    be or kube_qos_class(pod) == "BestEffort",
                    is_terminal(pod),
-                   milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0)
+                   milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0,
+                   int(overhead.get(BATCH_CPU, 0)), int(overhead.get(BATCH_MEMORY, 0)))
 
 
 def _wall() -> str:
@@ -445,7 +450,8 @@ class Agent:
         alloc_mem = int_value(mem_q) if mem_q is not None else (sample.mem_total if sample else 0)
         node_cpu, node_mem = self.window.average("")
         average = self.window.average
-        loads = [batchcalc.PodLoad(v.be, *average(v.uid), v.cpu_request_milli, v.memory_request)
+        loads = [batchcalc.PodLoad(v.be, *average(v.uid), v.cpu_request_milli, v.memory_request,
+                                   v.overhead_cpu_milli, v.overhead_memory)
                  for v in views if not v.finished]
         result = batchcalc.batch_allocatable(alloc_cpu, alloc_mem, node_cpu or 0.0, node_mem or 0.0, loads,
                                              colo.cpuReclaimThresholdPercent, colo.memoryReclaimThresholdPercent,

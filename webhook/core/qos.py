@@ -6,6 +6,7 @@ from typing import Any
 
 from webhook.core.priority import KOORD_BATCH
 from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.resources import CPU, MEMORY, pod_level
 
 QOS_LABEL = "koordinator.sh/qosClass"
 # Legacy ACK protocol: the annotation counts as the label (seed 003).
@@ -52,6 +53,10 @@ def kube_qos_class(pod: dict[str, Any]) -> str:
     if status_qos:
         return str(status_qos)
     spec = pod.get("spec") or {}
+    if spec.get("resources"):  # pod-level resources (on by default since 1.34) decide when set
+        level = pod_level(spec)
+        if level is not None:
+            return _pod_level_qos_class(*level)
     requests: dict[str, Any] = {}
     limits: dict[str, Any] = {}
     guaranteed = True
@@ -80,5 +85,17 @@ def kube_qos_class(pod: dict[str, Any]) -> str:
     if not requests and not limits:
         return "BestEffort"
     if guaranteed and requests.keys() == limits.keys() and all(requests[k] == limits[k] for k in limits):
+        return "Guaranteed"
+    return "Burstable"
+
+
+def _pod_level_qos_class(requests: dict[str, Any], limits: dict[str, Any]) -> str:
+    """``ComputePodQOS`` with pod-level resources: the pod-level cpu/memory requests and limits (defaulted) alone
+    decide, by the same rule as the containers'."""
+    requests = {k: v for k, v in requests.items() if k in (CPU, MEMORY) and v > 0}
+    limits = {k: v for k, v in limits.items() if k in (CPU, MEMORY) and v > 0}
+    if not requests and not limits:
+        return "BestEffort"
+    if limits.keys() == {CPU, MEMORY} and requests == limits:
         return "Guaranteed"
     return "Burstable"

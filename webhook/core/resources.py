@@ -66,19 +66,104 @@ def _max_into(acc: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, De
     return acc
 
 
+# What the apiserver takes in ``spec.resources`` (``IsSupportedPodLevelResource``): cpu, memory, hugepages-*.
+HUGEPAGES_PREFIX = "hugepages-"
+POD_LEVEL_OWNER = "the pod (spec.resources)"
+
+
+def pod_level_supported(name: str) -> bool:
+    return name in NATIVE_RESOURCES or name.startswith(HUGEPAGES_PREFIX)
+
+
+def _parsed(values: object) -> dict[str, Decimal]:
+    out: dict[str, Decimal] = {}
+    if isinstance(values, dict):
+        for name, raw in values.items():
+            try:
+                out[name] = parse_quantity(raw)
+            except QuantityError:
+                continue
+    return out
+
+
+def container_limits(container: dict[str, Any]) -> dict[str, Decimal]:
+    """A container's limits (unparsable ones skipped, as in ``container_requests``)."""
+    res = container.get("resources")
+    return _parsed(res.get("limits")) if isinstance(res, dict) else {}
+
+
+def pod_level(spec: dict[str, Any]) -> tuple[dict[str, Decimal], dict[str, Decimal]] | None:
+    """(requests, limits) of ``spec.resources`` as the apiserver keeps them, or None when it sets none of the
+    resources a pod level takes (``IsPodLevelResourcesSet``): the common pod pays one lookup.
+
+    Defaulting (``defaultPodRequests``, before the webhooks) is applied when it has not been: with pod-level
+    limits, a missing pod-level request is the containers' aggregate request when that is above 0, else the limit.
+    """
+    res = spec.get("resources")
+    if not isinstance(res, dict) or not res:
+        return None
+    requests = {k: v for k, v in _parsed(res.get("requests")).items() if pod_level_supported(k)}
+    limits = {k: v for k, v in _parsed(res.get("limits")).items() if pod_level_supported(k)}
+    if not requests and not limits:
+        return None
+    missing = [k for k in limits if k not in requests]
+    if missing:
+        aggregate = aggregate_containers(spec, container_requests)
+        for k in missing:
+            value = aggregate.get(k, _ZERO)
+            requests[k] = value if value > 0 else limits[k]
+    return requests, limits
+
+
 def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
-    """Effective pod requests as the scheduler and quota count them (k8s ``PodRequests``)."""
-    return pod_total(pod, container_requests)
+    """Effective pod requests as the scheduler and quota count them (k8s ``PodRequests``): the containers'
+    aggregate, the pod-level requests in place of it for what they name, plus ``spec.overhead``."""
+    spec = pod.get("spec") or {}
+    total = aggregate_containers(spec, container_requests)
+    level = pod_level(spec) if "resources" in spec else None
+    if level is not None:
+        total.update(level[0])
+    _add_overhead(total, spec, every=True)
+    return total
+
+
+def pod_limits(pod: dict[str, Any]) -> dict[str, Decimal]:
+    """Effective pod limits (k8s ``PodLimits``): the containers' aggregate, the pod-level limits in place of it for
+    what they name, plus ``spec.overhead`` on the resources that have a limit."""
+    spec = pod.get("spec") or {}
+    total = aggregate_containers(spec, container_limits)
+    level = pod_level(spec) if "resources" in spec else None
+    if level is not None:
+        total.update(level[1])
+    _add_overhead(total, spec, every=False)
+    return total
+
+
+def _add_overhead(total: dict[str, Decimal], spec: dict[str, Any], every: bool) -> None:
+    overhead = spec.get("overhead")
+    if isinstance(overhead, dict):
+        for name, value in _parsed(overhead).items():
+            if every or name in total:
+                total[name] = total.get(name, _ZERO) + value
 
 
 def pod_total(pod: dict[str, Any], per_container: Callable[[dict[str, Any]], dict[str, Decimal]]) -> dict[str, Decimal]:
-    """A pod-level total of ``per_container`` values, the way k8s ``PodRequests``/``PodLimits`` add them.
+    """``aggregate_containers`` of ``per_container`` values plus ``spec.overhead`` (every name it holds)."""
+    spec = pod.get("spec") or {}
+    total = aggregate_containers(spec, per_container)
+    _add_overhead(total, spec, every=True)
+    return total
+
+
+def aggregate_containers(spec: dict[str, Any],
+                         per_container: Callable[[dict[str, Any]], dict[str, Decimal]]) -> dict[str, Decimal]:
+    """The containers' total of ``per_container`` values, the way k8s ``AggregateContainerRequests``/``Limits``
+    add them.
 
     Regular containers are summed; restartable (sidecar) init containers add to that sum and
-    to every later init container; the result is the max of both, plus ``spec.overhead``.
+    to every later init container; the result is the max of both.
     ``per_container`` must return a fresh map (it is added into).
     """
-    spec = pod.get("spec") or {}
     total: dict[str, Decimal] = {}
     for c in spec.get("containers") or []:
         if isinstance(c, dict):
@@ -97,15 +182,6 @@ def pod_total(pod: dict[str, Any], per_container: Callable[[dict[str, Any]], dic
             _add_into(reqs, sidecars)
         _max_into(init_peak, reqs)
     _max_into(total, init_peak)
-    overhead = spec.get("overhead")
-    if isinstance(overhead, dict):
-        parsed = {}
-        for name, raw in overhead.items():
-            try:
-                parsed[name] = parse_quantity(raw)
-            except QuantityError:
-                continue
-        _add_into(total, parsed)
     return total
 
 
@@ -113,12 +189,13 @@ ResourceList = tuple[str, str, int, str, dict[str, Any]]  # (owner, field, index
 
 
 def resource_lists(spec: dict[str, Any]) -> list[ResourceList]:
-    """Every non-empty requests/limits map of the init containers and containers, then ``spec.overhead``.
+    """Every non-empty requests/limits map of the init containers and containers, then of the pod level
+    (``spec.resources``), then ``spec.overhead``.
 
     Each entry is (owner, field, index, kind, values): owner reads like ``container "app"``,
-    ``init container "setup"`` or ``pod overhead``; field is initContainers, containers or overhead;
-    kind is requests, limits or overhead. The field path is left to ``resource_list_path``, built
-    only when a message needs it (this runs on every review).
+    ``init container "setup"``, ``the pod (spec.resources)`` or ``pod overhead``; field is initContainers,
+    containers, resources or overhead; kind is requests, limits or overhead. The field path is left to
+    ``resource_list_path``, built only when a message needs it (this runs on every review).
     """
     out: list[ResourceList] = []
     for field in ("initContainers", "containers"):
@@ -139,6 +216,12 @@ def resource_lists(spec: dict[str, Any]) -> list[ResourceList]:
                     if owner is None:
                         owner = f'{kind_of_owner} "{c.get("name", "")}"'
                     out.append((owner, field, i, kind, values))
+    level = spec.get("resources")  # pod-level resources: absent on most pods, one lookup
+    if isinstance(level, dict) and level:
+        for kind in ("requests", "limits"):
+            values = level.get(kind)
+            if isinstance(values, dict) and values:
+                out.append((POD_LEVEL_OWNER, "resources", 0, kind, values))
     overhead = spec.get("overhead")
     if isinstance(overhead, dict) and overhead:
         out.append(("pod overhead", "overhead", 0, "overhead", overhead))
@@ -149,6 +232,8 @@ def resource_list_path(field: str, index: int, kind: str) -> str:
     """The field path of a ``resource_lists`` entry: ``spec.containers[0].resources.requests``."""
     if field == "overhead":
         return "spec.overhead"
+    if field == "resources":
+        return f"spec.resources.{kind}"
     return f"spec.{field}[{index}].resources.{kind}"
 
 
@@ -252,6 +337,13 @@ def pod_shape_error(pod: dict[str, Any]) -> str | None:
                     return f"spec.{key}[{i}].resources.{kind}: Invalid value: must be a map of quantities"
     if not _is_map(spec.get("overhead")):
         return "spec.overhead: Invalid value: must be a map of quantities"
+    level = spec.get("resources")
+    if level is not None:
+        if type(level) is not dict:
+            return "spec.resources: Invalid value: must be an object"
+        for kind in ("requests", "limits"):
+            if not _is_map(level.get(kind)):
+                return f"spec.resources.{kind}: Invalid value: must be a map of quantities"
     return _affinity_error(spec.get("affinity")) or _status_error(pod.get("status"))
 
 

@@ -8,6 +8,7 @@ annotation that records the result for the node is ``core.extended_resource_spec
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Any
 
 from webhook.admission.domain.strategic_merge import clone
@@ -25,6 +26,7 @@ from webhook.core.resources import (
     BATCH_CPU,
     BATCH_MEMORY,
     CPU,
+    HUGEPAGES_PREFIX,
     LEGACY_BATCH,
     MEMORY,
     MID_CPU,
@@ -32,8 +34,12 @@ from webhook.core.resources import (
     RECLAIMED_CPU,
     RECLAIMED_MEMORY,
     ResourceList,
+    aggregate_containers,
     asks,
+    container_limits,
+    container_requests,
     iter_containers,
+    pod_level,
     shown,
 )
 
@@ -63,7 +69,7 @@ def bytes_text(raw: object) -> str:
 
 
 def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
-                 prefix: str = "") -> tuple[dict[str, Any], list[str]]:
+                 prefix: str = "", pages: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
     """A ResourceList with cpu/memory renamed and re-expressed; also the native keys converted
     (each as ``prefix`` + name).
 
@@ -71,7 +77,7 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
     as Koordinator does; ``convert_pod`` does not convert a list that asks for one). An unparsable
     quantity is left alone (the rules deny such a pod before converting: ``resources.quantity_errors``).
     The result shares no map or list with ``values`` (a malformed value is copied), so a patch op
-    may hold it as it is.
+    may hold it as it is. ``pages``, when given, gets the hugepages names kept (``hugepages_alone``).
     """
     out: dict[str, Any] = {}
     done: list[str] = []
@@ -86,17 +92,21 @@ def convert_list(values: dict[str, Any], cpu_name: str, mem_name: str,
             done.append(prefix + name)
         elif name not in out:
             out[name] = clone(raw) if isinstance(raw, (dict, list)) else raw
+            if pages is not None and name.startswith(HUGEPAGES_PREFIX):  # rare: only names other than cpu/memory
+                pages.append(name)
     return out, done
 
 
-def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[dict[str, Any], list[str]]:
-    """A container's ``resources`` converted; a limit without a request gets the request = limit."""
+def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str,
+                      pages: list[str] | None = None) -> tuple[dict[str, Any], list[str]]:
+    """A container's ``resources`` converted; a limit without a request gets the request = limit. ``pages``: as
+    ``convert_list``'s."""
     out = dict(resources)
     done: list[str] = []
     for kind, prefix in (("requests", "requests."), ("limits", "limits.")):
         values = resources.get(kind)
         if isinstance(values, dict):
-            out[kind], converted = convert_list(values, cpu_name, mem_name, prefix)
+            out[kind], converted = convert_list(values, cpu_name, mem_name, prefix, pages)
             done += converted
     limits = out.get("limits")
     if isinstance(limits, dict):
@@ -158,15 +168,20 @@ def _without_put_back(resources: dict[str, Any], put_back: dict[str, frozenset[s
 
 def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str,
                 defaulted: Defaulted | None = None) -> tuple[list[tuple[Path, Any, list[str]]],
-                                                             list[tuple[Path, str, Any]]]:
-    """(changes, skipped). A change is (path under the pod, new value, what changed) for every
-    container resources and the overhead that change. A container (or the overhead) is not converted
+                                                             list[tuple[Path, str, Any]], list[tuple[Path, str]]]:
+    """(changes, skipped, alone). A change is (path under the pod, new value, what changed) for every
+    container resources that change (``spec.overhead`` is the RuntimeClass's and never converted: the
+    RuntimeClass plugin refuses a pod whose overhead differs from its class's). A container is not converted
     at all when a conversion would write over a value it already asks for with another one (its
     ``batch-cpu: 500`` next to ``cpu: 2``): the user's value would be lost, and the validating
     no-mixing rule reports the mix instead, unless LimitRanger put the native value back (``defaulted``, from
-    its annotation): then the native value goes. skipped lists (path, that name, its value)."""
+    its annotation): then the native value goes. skipped lists (path, that name, its value). alone lists (path,
+    hugepages name) of the converted containers that would hold hugepages without cpu or memory
+    (``hugepages_text``)."""
     changes: list[tuple[Path, Any, list[str]]] = []
     skipped: list[tuple[Path, str, Any]] = []
+    alone: list[tuple[Path, str]] = []
+    pages: list[str] = []
     for field, i, c in iter_containers(spec):
         resources = c.get("resources")
         if not isinstance(resources, dict):
@@ -184,19 +199,101 @@ def convert_pod(spec: dict[str, Any], cpu_name: str, mem_name: str,
         if clash is not None:
             skipped.append((path, *clash))
             continue
-        new, done = convert_resources(resources, cpu_name, mem_name)
+        seen = len(pages)
+        new, done = convert_resources(resources, cpu_name, mem_name, pages)
         if done or gone:
             changes.append((path, new, gone + done))
-    overhead = spec.get("overhead")
-    if isinstance(overhead, dict):
-        clash = _clash(overhead, cpu_name, mem_name)
-        if clash is not None:
-            skipped.append((("spec", "overhead"), *clash))
+            if len(pages) > seen and done:   # cpu/memory converted away, hugepages kept
+                alone.append((path, pages[seen]))
+    return changes, skipped, alone
+
+
+# -- pod-level resources (spec.resources) -----------------------------------------------------------------------
+# The apiserver takes only cpu, memory and hugepages-* at pod level, so a band pod cannot hold batch-cpu there,
+# and pod-level cpu/memory would make the kubelet run it Guaranteed or Burstable, outside the BE tier.
+
+PodLevelFold = tuple[dict[str, Any], dict[str, Any] | None, list[str]]
+
+
+def fold_pod_level(spec: dict[str, Any], cpu_name: str, mem_name: str) -> PodLevelFold | str | None:
+    """What becomes of the pod-level cpu/memory (``spec.resources``) of a pod converted to ``cpu_name``/``mem_name``:
+    None when there are none; else (the spec to convert, with the values moved into its only container,
+    ``spec.resources`` without cpu/memory or None when nothing is left of it, what was done); else, when no exact
+    way exists, the denial text naming the field and what to write instead.
+
+    Exact means the pod is scheduled and capped as before, per resource:
+    - a pod-level value can go when the containers already say the same: the request equals the containers'
+      aggregate request (what the apiserver's defaulting writes from pod-level limits), and the limit is no
+      lower than the containers' aggregate limit with every container (init containers too) stating its own;
+    - otherwise, with one container and no init containers, the values move into that container: its request
+      becomes the pod-level request (what the scheduler charged), its own limit stays or the pod-level limit
+      becomes it (the apiserver refuses a container limit above the pod's).
+    """
+    level = spec.get("resources")
+    if not isinstance(level, dict):
+        return None
+    natives = [(kind, name) for kind in ("requests", "limits") for name in (CPU, MEMORY)
+               if isinstance(level.get(kind), dict) and name in level[kind]]
+    if not natives:
+        return None
+    parsed = pod_level(spec)
+    requests, limits = parsed if parsed is not None else ({}, {})
+    agg_requests = aggregate_containers(spec, container_requests)
+    agg_limits = aggregate_containers(spec, container_limits)
+    everyone = [c for _, _, c in iter_containers(spec)]
+    alone = len(everyone) == 1 and not spec.get("initContainers")
+    moved: dict[str, dict[str, str]] = {"requests": {}, "limits": {}}
+    done: list[str] = []
+    for name in (CPU, MEMORY):
+        request, limit = requests.get(name), limits.get(name)
+        if request is None and limit is None:
+            continue
+        request_goes = request is None or request == agg_requests.get(name, 0)
+        limit_goes = limit is None or (agg_limits.get(name, 0) <= limit and all(
+            container_limits(c).get(name, 0) > 0 for c in everyone))
+        if request_goes and limit_goes:
+            done.append(f"spec.resources {name} dropped (the containers state it)")
+            continue
+        if alone:
+            own_limit = container_limits(everyone[0]).get(name)
+            new_limit = own_limit if own_limit is not None and (limit is None or own_limit <= limit) else limit
+            if request is None or new_limit is None or request <= new_limit:
+                if request is not None:
+                    moved["requests"][name] = format_decimal_si(request)
+                if new_limit is not None and new_limit != own_limit:
+                    moved["limits"][name] = format_decimal_si(new_limit)
+                done.append(f"spec.resources {name} moved into the container")
+                continue
+        kind = "requests" if not request_goes else "limits"
+        if kind == "requests" and name not in (level.get("requests") or {}):
+            kind = "limits"   # the request is the apiserver's default from the limit: name what the user wrote
+        value = request if kind == "requests" else limit
+        raw = (level.get(kind) or {}).get(name, format_decimal_si(value or Decimal(0)))
+        why = f"{len(everyone)} containers share it" if not alone else "it is above the container's own limit"
+        return (f'spec.resources.{kind}[{name}]: "{shown(raw)}" cannot be converted exactly ({why}), and the '
+                f"apiserver takes no {cpu_name if name == CPU else mem_name} at pod level (native cpu/memory there "
+                "would make the kubelet run the pod as Guaranteed or Burstable, outside its QoS tier): remove cpu "
+                f"and memory from spec.resources and write {cpu_name} and {mem_name} in each container's "
+                "resources.requests and resources.limits instead")
+    new_spec = spec
+    if moved["requests"] or moved["limits"]:
+        c = dict(everyone[0])
+        res = dict(c.get("resources") or {}) if isinstance(c.get("resources"), dict) else {}
+        for kind, values in moved.items():
+            if values:
+                old = res.get(kind)
+                res[kind] = {**(old if isinstance(old, dict) else {}), **values}
+        c["resources"] = res
+        new_spec = {**spec, "containers": [c]}
+    rest: dict[str, Any] = {}
+    for kind, values in level.items():
+        if kind in ("requests", "limits") and isinstance(values, dict):
+            kept = {k: v for k, v in values.items() if k not in (CPU, MEMORY)}
+            if kept:
+                rest[kind] = kept
         else:
-            new, done = convert_list(overhead, cpu_name, mem_name, "overhead.")
-            if done:
-                changes.append((("spec", "overhead"), new, done))
-    return changes, skipped
+            rest[kind] = values
+    return new_spec, (rest or None), done
 
 
 def _clash(values: dict[str, Any], cpu_name: str, mem_name: str) -> tuple[str, Any] | None:
@@ -258,3 +355,14 @@ def cpu_notes(lists: list[ResourceList], converted: set[tuple[str, int]], cpu_na
         else:
             notes.append(f'{where} "{raw}" is in memory units: {short} {milli} {odd}')
     return notes
+
+
+HUGEPAGES_ALONE = "Forbidden: HugePages require cpu or memory"   # upstream ValidateResourceRequirements
+# The apiserver validates after the webhooks that a container's hugepages come with cpu or memory, and
+# batch-cpu/batch-memory are neither (``convert_pod``'s alone). The pod level takes hugepages alone.
+
+
+def hugepages_text(path: str, pages: str, cpu_name: str, mem_name: str) -> str:
+    return (f"{path}: {HUGEPAGES_ALONE} (converted to {cpu_name}/{mem_name}, it would hold {pages} alone, and the "
+            f"apiserver refuses that after the webhooks: remove {pages} from the pod, or keep it out of the band "
+            "whose resources it is converted to)")

@@ -15,6 +15,7 @@ from webhook.core.resources import (
     BATCH_NAMES,
     LEGACY_BATCH,
     NATIVE_RESOURCES,
+    POD_LEVEL_OWNER,
     ResourceList,
     asks,
     resource_list_path,
@@ -23,12 +24,15 @@ from webhook.core.resources import (
 
 MIXING_ADVICE = ("a pod uses either batch resources (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) "
                  "or native cpu and memory, not both")
+POD_LEVEL_ADVICE = ("remove cpu and memory from spec.resources and write them in the containers as "
+                    "kubernetes.io/batch-cpu and batch-memory (the apiserver takes no batch resource at pod level)")
 PROTOCOL_ADVICE = ("a pod names its batch resources in one protocol: kubernetes.io/batch-cpu and batch-memory "
                    "(Koordinator) or the legacy alibabacloud.com/reclaimed-cpu and reclaimed-memory, not both")
 # {name}: kubernetes.io/batch-cpu, or the legacy alibabacloud.com/reclaimed-cpu it stands for
 CPU_WHOLE = "{name} counts milli-cores and must be a whole number: write 500 for half a core, 1k or 1000 for one core"
 MEMORY_WHOLE = "{name} counts bytes and must be a whole number: write 512Mi or 536870912 for half a gibibyte"
 NEGATIVE = "must be greater than or equal to 0"  # upstream ValidateNonnegativeQuantity
+OVERHEAD = "overhead"  # the ``resource_lists`` field of spec.overhead: the RuntimeClass's, not the author's
 SMALL_BATCH_CPU = 100  # below a tenth of a core: almost certainly meant as cores
 _ABSENT = object()
 
@@ -36,11 +40,18 @@ _ABSENT = object()
 def mixing_error(lists: list[ResourceList]) -> str | None:
     """The denial text when the pod (its ``resource_lists``) asks for batch and native cpu/memory together, or
     for batch resources by both their names (the legacy ``alibabacloud.com/reclaimed-*`` and Koordinator's),
-    else None."""
+    else None.
+
+    Pod-level resources (``spec.resources``) count like a container's. ``spec.overhead`` does not: the RuntimeClass
+    plugin writes it from the RuntimeClass and refuses the pod after the webhooks unless it still holds exactly
+    that, so a batch pod's sandbox overhead is native cpu/memory by necessity, never the pod author's mix.
+    """
     batch: dict[str, list[str]] = {}   # owner -> names asked for, in spec order
     native: dict[str, list[str]] = {}
     legacy = False
-    for owner, _, _, _, values in lists:
+    for owner, field, _, _, values in lists:
+        if field == OVERHEAD:
+            continue
         for name, raw in values.items():
             bucket = batch if name in BATCH_NAMES else native if name in NATIVE_RESOURCES else None
             if bucket is not None and asks(raw):
@@ -59,7 +70,11 @@ def mixing_error(lists: list[ResourceList]) -> str | None:
             return f"{owner} asks for both {names[0]} and {native[owner][0]}: {MIXING_ADVICE}"
     b_owner, b_names = next(iter(batch.items()))
     n_owner, n_names = next(iter(native.items()))
-    return f"{b_owner} asks for {b_names[0]} and {n_owner} asks for {n_names[0]}: {MIXING_ADVICE}"
+    advice = MIXING_ADVICE
+    if POD_LEVEL_OWNER in native:  # the pod level takes no batch resource: say where they go instead
+        n_owner, n_names = POD_LEVEL_OWNER, native[POD_LEVEL_OWNER]
+        advice += "; " + POD_LEVEL_ADVICE
+    return f"{b_owner} asks for {b_names[0]} and {n_owner} asks for {n_names[0]}: {advice}"
 
 
 def _protocol_mix(batch: dict[str, list[str]]) -> str | None:
@@ -97,9 +112,9 @@ def small_batch_cpu_warnings(lists: list[ResourceList]) -> list[str]:
     """A warning per owner whose batch-cpu is above 0 and under 100 milli-cores: "2" is usually
     meant as 2 cores. Stated as a fact, not a guess: a conversion of ``cpu: 50m`` writes "50" too."""
     warnings: list[str] = []
-    for owner, _, _, _, values in lists:
+    for owner, field, _, _, values in lists:
         raw = values.get(BATCH_CPU, _ABSENT)
-        if raw is _ABSENT:
+        if raw is _ABSENT or field == OVERHEAD:
             continue
         try:
             q = parse_quantity(raw)
@@ -117,12 +132,18 @@ def small_batch_cpu_warnings(lists: list[ResourceList]) -> list[str]:
 def unit_problems(lists: list[ResourceList]) -> list[str]:
     """Upstream ``field.Error`` texts, with the field path, for the batch-cpu and batch-memory
     quantities of the pod (its ``resource_lists``): not whole, negative, or a request above its limit.
+
+    ``spec.overhead`` is left out: the RuntimeClass defines it and the RuntimeClass plugin refuses a pod whose
+    overhead differs, so the pod's author could not follow any advice about it (the apiserver checks it is not
+    negative).
     """
     errors: list[str] = []
     # (field, index, name) -> (raw, value), per kind: one entry per resources block and batch resource
     requests: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
     limits: dict[tuple[str, int, str], tuple[object, Decimal]] = {}
     for _, field, index, kind, values in lists:
+        if field == OVERHEAD:
+            continue
         for name in BATCH_NAMES:
             raw = values.get(name, _ABSENT)
             if raw is _ABSENT:

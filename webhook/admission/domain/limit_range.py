@@ -49,7 +49,10 @@ def _names(resources: Any, kind: str) -> set[str]:
 def unmet_constraints(pod: dict[str, Any], limit_range: dict[str, Any]) -> list[str]:
     """LimitRanger's texts for the cpu and memory constraints of ``limit_range`` that the pod cannot meet
     because it names no such request or limit; empty when there are none."""
-    containers = [c for _, _, c in iter_containers(as_object(pod.get("spec")))]
+    spec = as_object(pod.get("spec"))
+    containers = [c for _, _, c in iter_containers(spec)]
+    # For ``type: Pod`` LimitRanger reads the pod's requests and limits, where pod-level ones win (``podRequests``).
+    level = spec.get("resources")
     errors: list[str] = []
     for item in as_object(limit_range.get("spec")).get("limits") or ():
         if not isinstance(item, dict):
@@ -63,6 +66,9 @@ def unmet_constraints(pod: dict[str, Any], limit_range: dict[str, Any]) -> list[
             requests = set().union(*(_names(c.get("resources"), "requests") | _names(c.get("resources"), "limits")
                                      for c in containers))
             limits = set().union(*(_names(c.get("resources"), "limits") for c in containers))
+            if level:
+                limits |= _names(level, "limits")
+                requests |= _names(level, "requests") | limits   # defaulting copies a pod-level limit
             for name in NATIVE:
                 errors += _unmet("Pod", name, item, name in requests, name in limits)
     return list(dict.fromkeys(errors))

@@ -15,8 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.core.qos import is_terminal, kube_qos_class
-from webhook.core.quantity import QuantityError, parse_quantity
-from webhook.core.resources import CPU, MEMORY, as_object, pod_requests
+from webhook.core.resources import CPU, MEMORY, as_object, pod_limits, pod_requests
 from webhook.core.selectors import expression_matches
 
 SCOPE_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -123,38 +122,6 @@ def format_scopes(requirements: list[dict[str, Any]]) -> str:
 
 # -- usage ------------------------------------------------------------------------------------
 
-def _pod_limits(pod: dict[str, Any]) -> dict[str, Decimal]:
-    """``PodLimits``: containers summed, max with each init container, overhead on limited resources."""
-    spec = pod.get("spec") or {}
-
-    def limits_of(c: dict[str, Any]) -> dict[str, Decimal]:
-        out: dict[str, Decimal] = {}
-        for name, raw in (((c.get("resources") or {}).get("limits")) or {}).items():
-            try:
-                out[name] = parse_quantity(raw)
-            except QuantityError:
-                continue
-        return out
-
-    total: dict[str, Decimal] = {}
-    for c in spec.get("containers") or []:
-        if isinstance(c, dict):
-            for k, v in limits_of(c).items():
-                total[k] = total.get(k, Decimal(0)) + v
-    for c in spec.get("initContainers") or []:
-        if isinstance(c, dict):
-            for k, v in limits_of(c).items():
-                if v > total.get(k, Decimal(0)):
-                    total[k] = v
-    for name, raw in (spec.get("overhead") or {}).items():
-        if name in total:
-            try:
-                total[name] += parse_quantity(raw)
-            except QuantityError:
-                continue
-    return total
-
-
 def pod_usage(pod: dict[str, Any]) -> dict[str, Decimal]:
     """What quota charges for a pod (``PodUsageFunc``): ``count/pods`` always, compute usage unless terminal.
 
@@ -166,7 +133,7 @@ def pod_usage(pod: dict[str, Any]) -> dict[str, Decimal]:
     if is_terminal(pod):
         return usage
     usage["pods"] = Decimal(1)
-    requests, limits = pod_requests(pod), _pod_limits(pod)
+    requests, limits = pod_requests(pod), pod_limits(pod)  # pod-level resources and sidecars as upstream
     for name in (CPU, MEMORY, EPHEMERAL):
         if name in requests:
             usage[name] = usage[REQUESTS_PREFIX + name] = requests[name]

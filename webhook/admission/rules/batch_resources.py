@@ -20,11 +20,13 @@ from webhook.admission.domain.batch_conversion import (
     Path,
     convert_pod,
     cpu_notes,
+    fold_pod_level,
+    hugepages_text,
     limit_ranger_defaults,
     targets_for,
 )
 from webhook.admission.domain.batch_validation import small_batch_cpu_warnings
-from webhook.admission.response import Denial, bad_request
+from webhook.admission.response import Denial, bad_request, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.extended_resource_spec import (
     EXTENDED_RESOURCE_SPEC,
@@ -43,6 +45,7 @@ from webhook.core.qos import (
 from webhook.core.resources import (
     CPU,
     MEMORY,
+    POD_LEVEL_OWNER,
     ResourceList,
     iter_containers,
     quantity_errors,
@@ -84,12 +87,17 @@ def admit(ctx: MutatingContext) -> Denial | None:
                        "config.koordinator.sh/skip-update-resources")
     else:
         assert isinstance(priority, int)  # targets_for found a band for it
-        _convert(ctx, spec, lists, priority, targets)
+        denial = _convert(ctx, spec, lists, priority, targets)
+        if denial is not None:
+            return denial
     _write_spec_annotation(ctx)
     return None
 
 
 def _asks_native(spec: dict[str, Any]) -> bool:
+    level = spec.get("resources")
+    if isinstance(level, dict) and any(isinstance(v, dict) and (CPU in v or MEMORY in v) for v in level.values()):
+        return True
     for _, _, c in iter_containers(spec):
         res = c.get("resources")
         if not isinstance(res, dict):  # malformed: the validating rules report it
@@ -102,9 +110,19 @@ def _asks_native(spec: dict[str, Any]) -> bool:
 
 
 def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceList], priority: int,
-             targets: tuple[str, str]) -> None:
+             targets: tuple[str, str]) -> Denial | None:
     defaulted = limit_ranger_defaults((ctx.pod.get("metadata") or {}).get("annotations"))
-    changes, skipped = convert_pod(spec, *targets, defaulted)
+    # Pod-level cpu/memory (spec.resources): moved into the containers or dropped where exact, else refused.
+    folded = fold_pod_level(spec, *targets) if "resources" in spec else None
+    if isinstance(folded, str):
+        ctx.note(NAME, folded)
+        return denied(folded)
+    changes, skipped, alone = convert_pod(spec if folded is None else folded[0], *targets, defaulted)
+    if folded is not None:
+        if skipped:  # a container keeps its cpu next to its batch value: so does the pod; the validating chain says
+            changes, skipped, alone = convert_pod(spec, *targets, defaulted)
+        else:
+            changes.append((("spec", "resources"), folded[1], folded[2]))
     band = band_of(priority)
     cpu_name, mem_name = targets
     for path, name, value in skipped:
@@ -113,17 +131,25 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceLis
         ctx.note(NAME, text)
     if not changes:
         ctx.note(NAME, f"{band} (priority {priority}): nothing to convert")
-        return
+        return None
+    if alone:  # the apiserver would refuse the converted container: say so first, with the way out
+        path, pages = alone[0]
+        text = hugepages_text(f"spec.{path[1]}[{path[2]}].resources", pages, cpu_name, mem_name)
+        ctx.note(NAME, text)
+        return denied(text)
     # Texts from the pod as it came, before the writes below.
-    owners: set[tuple[str, int]] = {(str(p[1]), int(p[2])) if len(p) == 4 else ("overhead", 0)
+    owners: set[tuple[str, int]] = {(str(p[1]), int(p[2])) if len(p) == 4 else ("resources", 0)
                                     for p, _, _ in changes}
     ctx.facts.converted.update(owners)
     notes = cpu_notes(lists, owners, cpu_name)
     where = [_owner(spec, path) for path, _new, _done in changes]
     for path, new, _done in changes:
-        # One explicit op per converted container (its whole resources replaced) or overhead: the same
+        # One explicit op per converted container (its whole resources replaced) or the pod level: the same
         # change as remove-cpu/add-batch-cpu pairs, in an eighth of the ops.
-        ctx.patch.set(path, new)
+        if new is None:
+            ctx.patch.remove(path)   # spec.resources held only cpu/memory
+        else:
+            ctx.patch.set(path, new)
     qos = BAND_QOS_CLASS.get(band)
     set_qos = qos is not None and not states_qos_class(ctx.pod)
     if set_qos:
@@ -145,12 +171,14 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceLis
             ctx.note(NAME, f"the pod states no QoS class: {QOS_LABEL}={qos}, the class of {band}")
         for text in notes:
             ctx.note(NAME, f"warning: {text}")
+    return None
 
 
 def _owner(spec: dict[str, Any], path: Path) -> str:
-    """``container "app"``, ``init container "setup"`` or ``pod overhead``, as the validating rules say."""
-    if path == ("spec", "overhead"):
-        return "pod overhead"
+    """``container "app"``, ``init container "setup"`` or ``the pod (spec.resources)``, as the validating rules
+    say."""
+    if path == ("spec", "resources"):
+        return POD_LEVEL_OWNER
     field, index = str(path[1]), int(path[2])
     name = spec[field][index].get("name", "")
     return f'init container "{name}"' if field == "initContainers" else f'container "{name}"'

@@ -4,7 +4,9 @@
 
 clamped at 0, with system usage = max(node used − Σ pod usage, 0) and usage averaged over
 metricAggregateDurationSeconds; memory policy ``request`` counts the non-BE pods' requests instead
-of their usage (README deviation 1). Exact arithmetic; results are rounded down to whole milli-cores
+of their usage (README deviation 1). A BE pod's sandbox overhead (``spec.overhead``, native cpu/memory the
+scheduler charges to the node as for any pod) counts with the non-BE pods, by its value: the node lends to
+batch only what it has not already given natively. Exact arithmetic; results are rounded down to whole milli-cores
 and whole bytes, so the agent never publishes more than the formula allows.
 """
 
@@ -22,13 +24,16 @@ from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_RESOURCES
 
 
 class PodLoad(NamedTuple):
-    """One pod's averaged usage (None when never measured) and its requests."""
+    """One pod's averaged usage (None when never measured), its requests, and its sandbox overhead
+    (``spec.overhead``; read for BE pods only, the others' requests hold it already)."""
 
     be: bool
     cpu_milli: float | None
     memory: float | None
     cpu_request_milli: int
     memory_request: int
+    overhead_cpu_milli: int = 0
+    overhead_memory: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +56,8 @@ def _one(label: str, allocatable: int, percent: int, hp: Fraction, system: Fract
 def batch_allocatable(alloc_cpu_milli: int, alloc_memory: int, node_cpu_milli: float, node_memory: float,
                       pods: Iterable[PodLoad], cpu_percent: int, memory_percent: int,
                       memory_policy: str = "usage") -> BatchResult:
-    """The seed-003 formula for one node; a non-BE pod never measured counts its request."""
+    """The seed-003 formula for one node; a non-BE pod never measured counts its request, a BE pod its
+    sandbox overhead."""
     # Plain float/int sums on the hot path; exact arithmetic for the formula itself (``_one``).
     pod_cpu = pod_mem = 0.0
     hp_cpu = hp_mem = 0.0
@@ -63,6 +69,12 @@ def batch_allocatable(alloc_cpu_milli: int, alloc_memory: int, node_cpu_milli: f
         if p.memory is not None:
             pod_mem += p.memory
         if p.be:
+            # Its sandbox's share is native: held like a non-BE pod's request (its use is not told apart from
+            # its containers' in the pod cgroup, and the scheduler charged the whole of it).
+            hp_cpu += p.overhead_cpu_milli
+            hp_mem += p.overhead_memory
+            hp_mem_request += p.overhead_memory
+            hp_mem_max += p.overhead_memory
             continue
         mem = p.memory if p.memory is not None else p.memory_request
         hp_cpu += p.cpu_milli if p.cpu_milli is not None else p.cpu_request_milli

@@ -15,8 +15,17 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.core.extended_resource_spec import EXTENDED_RESOURCE_SPEC, parse_extended_resource_spec
-from webhook.core.quantity import QuantityError, int_value, parse_quantity
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_NAMES, LEGACY_BATCH, iter_containers, pod_total
+from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
+from webhook.core.resources import (
+    BATCH_CPU,
+    BATCH_MEMORY,
+    BATCH_NAMES,
+    CPU,
+    LEGACY_BATCH,
+    MEMORY,
+    iter_containers,
+    pod_total,
+)
 
 UNLIMITED = -1
 DEFAULT_CFS_PERIOD = 100_000      # µs; the kubelet's and the kernel's default
@@ -83,6 +92,21 @@ def _batch_lists(container: dict[str, Any], spec: Mapping[str, Any]) -> tuple[di
     return limits, {**limits, **requests}
 
 
+def sandbox_overhead(pod: dict[str, Any]) -> dict[str, Decimal]:
+    """``spec.overhead``'s cpu and memory in batch units (milli-cores, bytes), by the batch names; empty for the
+    pods without one."""
+    overhead = (pod.get("spec") or {}).get("overhead")
+    out: dict[str, Decimal] = {}
+    if isinstance(overhead, dict):
+        for native, name, whole in ((CPU, BATCH_CPU, milli_value), (MEMORY, BATCH_MEMORY, int_value)):
+            if native in overhead:
+                try:
+                    out[name] = Decimal(whole(parse_quantity(overhead[native])))
+                except QuantityError:
+                    continue
+    return out
+
+
 def _positive(q: Decimal | None) -> int | None:
     value = int_value(q) if q is not None else 0
     return value if value > 0 else None
@@ -92,7 +116,8 @@ def pod_limits(pod: dict[str, Any]) -> PodLimits:
     """Container and pod levels of a pod's batch-cpu (milli-cores) and batch-memory (bytes).
 
     A pod-level limit exists only when every container (init containers too) has one, and is their
-    k8s ``PodLimits`` total, as the kubelet sets pod-level limits; requests add up the same way.
+    k8s ``PodLimits`` total, as the kubelet sets pod-level limits; requests add up the same way. The pod level
+    also holds the sandbox overhead (``sandbox_overhead``), as the kubelet's pod-level limits and requests do.
     """
     meta = pod.get("metadata") or {}
     annotation = parse_extended_resource_spec((meta.get("annotations") or {}).get(EXTENDED_RESOURCE_SPEC))
@@ -111,6 +136,12 @@ def pod_limits(pod: dict[str, Any]) -> PodLimits:
         return PodLimits(Limits(), {})
     limit_total = pod_total(pod, lambda c: dict(lists[id(c)][0]) if id(c) in lists else {})
     request_total = pod_total(pod, lambda c: dict(lists[id(c)][1]) if id(c) in lists else {})
+    # The sandbox overhead (spec.overhead, the RuntimeClass's) stays native cpu/memory on a batch pod; it runs in
+    # the pod's cgroup, and the kubelet adds it to the pod level's requests and to the limits that exist.
+    for name, value in sandbox_overhead(pod).items():
+        request_total[name] = request_total.get(name, Decimal(0)) + value
+        if name in limit_total:
+            limit_total[name] += value
     pod_level = Limits(_positive(limit_total.get(BATCH_CPU)) if cpu_declared else None,
                        _positive(request_total.get(BATCH_CPU)),
                        _positive(limit_total.get(BATCH_MEMORY)) if mem_declared else None)
