@@ -1,6 +1,7 @@
 """No mixing: a pod asks either for batch resources or for native cpu/memory, never both.
 
-Containers, init containers and ``spec.overhead`` all count (``core.batch_validation.mixing_error``). As the
+Containers, init containers and the pod-level ``spec.resources`` count; ``spec.overhead`` (the RuntimeClass's)
+does not (``domain.batch_validation.mixing_error``). As the
 first validating rule it also answers 400 for a pod whose outline is malformed or that holds a value
 that is no quantity (what the apiserver's decoder refuses), so the rules after it can trust both. On UPDATE only
 a mix the update brings is refused (``ctx.judge``, ``domain.ratchet``); the 400s stand, as the apiserver could
@@ -40,5 +41,5 @@ def validate(ctx: ValidatingContext) -> Denial | None:
     if verdict.refused:
         return denied(aggregate(verdict.refused))
     if not verdict.carried:
-        ctx.note(NAME, "containers, init containers and overhead: batch and native cpu/memory not mixed")
+        ctx.note(NAME, "containers, init containers and pod-level resources: batch and native cpu/memory not mixed")
     return None
