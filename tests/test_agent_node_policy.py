@@ -12,6 +12,7 @@ binding's paramRef has the apiserver do it (``dispatch``): each selected param i
 from __future__ import annotations
 
 import copy
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -152,9 +153,10 @@ AGENT = "system:serviceaccount:colocation-system:colocation-agent"
 def _user(node: str | None, name: str = AGENT, token: str = "pod") -> dict[str, Any]:
     """request.userInfo as the apiserver authenticates a service-account token: ``pod``, a pod's projected token
     (1.30+: with the node claims too, unless ``node`` is None); ``node``, one minted with ``kubectl create token
-    --bound-object-kind Node`` (node claims, no pod claims); ``legacy``, a Secret-based token (no extra at all)."""
+    --bound-object-kind Node`` (node claims, no pod claims); ``none``, a caller without extras at all (a client
+    certificate or an impersonation naming the agent's account)."""
     groups = ["system:serviceaccounts", "system:serviceaccounts:colocation-system", "system:authenticated"]
-    if token == "legacy":
+    if token == "none":
         return {"username": name, "uid": "3d6c1b2e", "groups": groups}
     extra = {"authentication.kubernetes.io/credential-id": ["JTI=4c1f2d0e-7a3b-4f59-9e1c-2b8d6a5f0c31"]}
     if token == "pod":
@@ -224,7 +226,7 @@ TOKEN_MESSAGE = ("colocation-agent must call with its pod's service-account toke
 # TOKEN_MESSAGE (a Node-bound token names a node, but no pod: anyone allowed to mint one picks the node).
 NOT_A_POD_TOKEN = {"a pod token without the node claim": _user(None),
                    "a Node-bound token (kubectl create token --bound-object-kind Node)": _user(NODE, token="node"),
-                   "a token without extra (a legacy Secret token)": _user(None, token="legacy")}
+                   "a caller without extras (a client certificate)": _user(None, token="none")}
 
 
 # -- the node-status policy ----------------------------------------------------------------------------------
@@ -274,7 +276,7 @@ def test_anything_else_is_refused(node_status: Policy, case: str, user: dict[str
 def test_other_users_are_not_matched(node_status: Policy) -> None:
     """The kubelet (and anyone else, with or without extra) is left to RBAC and NodeRestriction."""
     new = _strategic_merge_status(NODE_OBJECT, {"status": {"capacity": {"cpu": "64"}}})
-    for token in ("pod", "legacy"):
+    for token in ("pod", "none"):
         kubelet = _user(None, name=f"system:node:{NODE}", token=token)
         assert node_status.evaluate(_status_request(NODE, kubelet), new, NODE_OBJECT) is None
 
@@ -378,7 +380,7 @@ def test_other_callers_are_not_checked_for_the_node(agent_writes: tuple[Any, dic
     """A drain or the descheduler evicts anywhere; only the agent's service account is confined (each pod of the
     namespace is still evaluated once, up to the matchConditions)."""
     body = _eviction_of(ELSEWHERE, agent_writes[1])
-    for token in ("pod", "legacy"):
+    for token in ("pod", "none"):
         other = _user(None, name="system:serviceaccount:kube-system:descheduler", token=token)
         assert dispatch(EVICTION_NODE, _eviction_request("be-elsewhere", other), body, cache=CACHE) is None
 
@@ -453,3 +455,171 @@ def test_the_policies_name_the_agents_service_account() -> None:
     for policy in (o for o in _objects() if o["kind"] == "ValidatingAdmissionPolicy"):
         (cond,) = policy["spec"]["matchConditions"]
         assert cond["expression"] == f"request.userInfo.username == '{account}'"
+
+
+def _render(path: Path) -> list[dict[str, Any]]:
+    out = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=60)  # type: ignore[list-item]
+    assert out.returncode == 0, f"{path}: {out.stderr}"
+    return [o for o in yaml.safe_load_all(out.stdout) if o]
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (Debian package kubernetes-client)")
+def test_the_documented_overlay_leaves_out_only_the_pod_param_binding(tmp_path: Path) -> None:
+    """docs/deploy.md's overlay keeping the first two policies without the pod-param one, rendered as written
+    next to a clone's manifests/."""
+    section = (ROOT / "docs" / "deploy.md").read_text().split("## The agent's own node", 1)[1].split("\n## ", 1)[0]
+    (block,) = [b.split("\n", 1)[1] for b in section.split("```yaml\n")[1:] if "# my-overlay/kustomization.yaml" in b]
+    overlay = tmp_path / "my-overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(block.split("```", 1)[0])
+    shutil.copytree(ROOT / "manifests" / "components" / "agent-node-policy",
+                    tmp_path / "manifests" / "components" / "agent-node-policy")
+    rendered = {(o["kind"], o["metadata"]["name"]) for o in _render(overlay)}
+    component = {(o["kind"], o["metadata"]["name"]) for o in _render(COMPONENT)}
+    assert rendered == component - {("ValidatingAdmissionPolicyBinding", EVICTION_NODE)}
+
+
+# -- who could get a token of the agent for a node of their choosing ----------------------------------------
+# (apiGroup, resource, verbs): what lets its holder act as colocation-agent with a pod's token naming any node
+# (docs/deploy.md, "Tokens"): mint one, impersonate the account with the extras, run or change a pod that runs
+# as the account (its kubelet mounts such a token), or reach into the agent's pod for its token.
+TOKEN_PATHS = (
+    ("", "serviceaccounts/token", {"create"}),
+    ("", "serviceaccounts", {"impersonate"}),
+    ("authentication.k8s.io", "userextras/authentication.kubernetes.io/pod-name", {"impersonate"}),
+    ("authentication.k8s.io", "userextras/authentication.kubernetes.io/node-name", {"impersonate"}),
+    ("", "pods", {"create"}),
+    ("", "pods/exec", {"create", "get"}),
+    ("", "pods/attach", {"create", "get"}),
+    ("", "pods/ephemeralcontainers", {"update", "patch"}),
+    ("", "replicationcontrollers", {"create", "update", "patch"}),
+    *(("apps", r, {"create", "update", "patch"}) for r in ("deployments", "daemonsets", "statefulsets", "replicasets")),
+    *(("batch", r, {"create", "update", "patch"}) for r in ("jobs", "cronjobs")),
+)
+# Every path that renders without a step before it: the install, the overlays, every component. The
+# generated-certs overlay needs `certs generate` first; it is base/ (rendered in `manifests`) plus a Secret.
+RENDERED = ("manifests", "manifests/overlays/cert-manager", "manifests/koordinator",
+            *(f"manifests/components/{d.name}" for d in sorted((ROOT / "manifests" / "components").iterdir())
+              if (d / "kustomization.yaml").is_file()))
+
+
+def _covers(granted: list[str], wanted: str) -> bool:
+    """RBAC matching: ``*``, the name itself, or ``resource/*`` for its subresources."""
+    return any(g in ("*", wanted) or (g.endswith("/*") and wanted.startswith(g[:-1])) for g in granted)
+
+
+def token_paths(role: dict[str, Any]) -> list[str]:
+    """The ways to the agent's token that ``role`` (a Role or ClusterRole) grants, as ``group/resource verb``."""
+    found = []
+    for rule in role.get("rules", []):
+        for group, resource, verbs in TOKEN_PATHS:
+            if _covers(rule.get("apiGroups", []), group) and _covers(rule.get("resources", []), resource):
+                found += [f"{group or 'core'}/{resource} {v}" for v in sorted(verbs)
+                          if _covers(rule.get("verbs", []), v)]
+    return found
+
+
+def _role(*rules: dict[str, Any]) -> dict[str, Any]:
+    return {"kind": "ClusterRole", "metadata": {"name": "example"}, "rules": list(rules)}
+
+
+@pytest.mark.parametrize(("case", "rule", "found"), [
+    ("mint a token", {"apiGroups": [""], "resources": ["serviceaccounts/token"], "verbs": ["create"]},
+     ["core/serviceaccounts/token create"]),
+    ("every subresource", {"apiGroups": [""], "resources": ["serviceaccounts/*"], "verbs": ["create"]},
+     ["core/serviceaccounts/token create"]),
+    ("impersonate the account", {"apiGroups": [""], "resources": ["serviceaccounts"], "verbs": ["impersonate"]},
+     ["core/serviceaccounts impersonate"]),
+    ("impersonate the node claim", {"apiGroups": ["authentication.k8s.io"], "resources": ["userextras/*"],
+                                    "verbs": ["impersonate"]},
+     ["authentication.k8s.io/userextras/authentication.kubernetes.io/pod-name impersonate",
+      "authentication.k8s.io/userextras/authentication.kubernetes.io/node-name impersonate"]),
+    ("run a pod", {"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}, ["core/pods create"]),
+    ("exec into the agent", {"apiGroups": [""], "resources": ["pods/exec"], "verbs": ["create"]},
+     ["core/pods/exec create"]),
+    ("change the DaemonSet", {"apiGroups": ["apps"], "resources": ["daemonsets"], "verbs": ["patch"]},
+     ["apps/daemonsets patch"]),
+    ("a wildcard", {"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}, None),
+    ("reading pods", {"apiGroups": [""], "resources": ["pods", "serviceaccounts"], "verbs": ["get", "list", "watch"]},
+     []),
+    ("evicting", {"apiGroups": [""], "resources": ["pods/eviction"], "verbs": ["create"]}, []),
+])
+def test_the_check_finds_each_way_to_the_agents_token(case: str, rule: dict[str, Any], found: list[str] | None) -> None:
+    """The check below can fail: each grant it looks for is found, in any spelling RBAC matches."""
+    got = token_paths(_role(rule))
+    if found is None:   # the wildcard grants all of them
+        assert len(got) == sum(len(v) for _, _, v in TOKEN_PATHS), case
+    else:
+        assert got == found, case
+
+
+@pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (Debian package kubernetes-client)")
+def test_no_role_we_ship_grants_a_way_to_the_agents_token() -> None:
+    """The node claim confines the agent only if nobody else can get a token of its account naming a node of
+    their choosing; none of our Roles and ClusterRoles, in any install path or component, grants one."""
+    roles = 0
+    for path in RENDERED:
+        for obj in (o for o in _render(ROOT / path) if o["kind"] in ("Role", "ClusterRole")):
+            roles += 1
+            assert token_paths(obj) == [], f"{path}: {obj['kind']} {obj['metadata']['name']}"
+    assert roles >= 6   # the webhook's, the agent's, the bootstrap Job's, the audit CronJob's: really checked
+
+
+# -- the expressions' field paths, against the Kubernetes schemas -------------------------------------------
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is a test extra")
+SCHEMAS = f"kubernetes-json-schema/v{kubernetes_validate.utils.latest_version()}-local-strict"
+# What each variable is, per policy: the matched kind for object/oldObject (matchConstraints' resource as the
+# apiserver converts it), the paramKind for params.
+OBJECT_KINDS = {"colocation-agent-node-status": "node-v1", "colocation-agent-evictions": "eviction-policy-v1",
+                EVICTION_NODE: "eviction-policy-v1"}
+FIELD_PATH = re.compile(r"\b(params|object|oldObject)((?:\.[A-Za-z_]\w*)+)(\()?")
+
+
+def _schema_at(schema: dict[str, Any], defs: dict[str, Any], path: list[str]) -> dict[str, Any] | None:
+    """The schema of ``path`` under ``schema``, or None where the schema has no such field (a map's keys are
+    any name)."""
+    for name in path:
+        while "$ref" in schema:
+            schema = defs[schema["$ref"].rsplit("/", 1)[1]]
+        if name in schema.get("properties", {}):
+            schema = schema["properties"][name]
+        elif isinstance(schema.get("additionalProperties"), dict):
+            schema = schema["additionalProperties"]
+        else:
+            return None
+    return schema
+
+
+@pytest.mark.parametrize("name", sorted(OBJECT_KINDS))
+def test_every_field_path_exists_in_the_kubernetes_schema(name: str) -> None:
+    """A misspelt field (``spec.nodename``) would only fail at admission, as ``no such key``: each
+    ``object.…``, ``oldObject.…`` and ``params.…`` path the policy reads is a field of the type it reads it on."""
+    defs = kubernetes_validate.utils.schema_contents(f"{SCHEMAS}/_definitions.json", "")["$defs"]
+    spec = _policy(name)["spec"]
+    kinds = {"object": OBJECT_KINDS[name], "oldObject": OBJECT_KINDS[name]}
+    if "paramKind" in spec:
+        kinds["params"] = f"{spec['paramKind']['kind'].lower()}-{spec['paramKind']['apiVersion']}"
+    expressions = [e["expression"] for e in spec.get("matchConditions", []) + spec.get("variables", [])]
+    expressions += [v[k] for v in spec["validations"] for k in ("expression", "messageExpression") if k in v]
+    paths = set()
+    for expr in expressions:
+        for root, dotted, call in FIELD_PATH.findall(expr):
+            path = dotted.split(".")[1:]
+            paths.add((root, tuple(path[:-1] if call else path)))
+    assert paths, name
+    for root, path in sorted(paths):
+        assert root in kinds, f"{name}: {root} is not defined for this policy"
+        schema = kubernetes_validate.utils.schema_contents(f"{SCHEMAS}/{kinds[root]}.json", "")
+        assert _schema_at(schema, defs, list(path)) is not None, f"{name}: {root}.{'.'.join(path)}"
+
+
+@pytest.mark.parametrize(("kind", "path", "exists"), [
+    ("pod-v1", "spec.nodeName", True), ("pod-v1", "metadata.uid", True), ("pod-v1", "spec.nodename", False),
+    ("eviction-policy-v1", "deleteOptions.preconditions.uid", True),
+    ("eviction-policy-v1", "deleteOptions.precondition.uid", False),
+    ("node-v1", "status.capacity", True), ("node-v1", "status.capacity.cpu", True), ("node-v1", "status.cpu", False),
+])
+def test_the_schema_walk_finds_a_misspelt_field(kind: str, path: str, exists: bool) -> None:
+    defs = kubernetes_validate.utils.schema_contents(f"{SCHEMAS}/_definitions.json", "")["$defs"]
+    schema = kubernetes_validate.utils.schema_contents(f"{SCHEMAS}/{kind}.json", "")
+    assert (_schema_at(schema, defs, path.split(".")) is not None) == exists
