@@ -415,13 +415,14 @@ class NamespaceProfiles:
         # label cannot change what they do.
         self.label_keys_read = frozenset(self.by_key).union(
             *(profiles[i].label_keys_mapping.keys() | profiles[i].label_suffixes.keys() for i in candidates))
-        self.draws = any(profiles[i].percent < 100 for i in candidates)  # whether the pod's draw can matter
+        # The profiles whose probability the draw decides (0 % never applies, 100 % always): most views have none.
+        self._drawing = [i for i in candidates if 0 < profiles[i].percent < 100]
+        self.draws = bool(self._drawing)  # whether the pod's draw can matter
 
     def drawn(self, *label_sets: Mapping[str, str]) -> bool:
         """Whether the draw decided something: a profile of probability between 0 and 100 selects these labels."""
-        return any(0 < self.profiles[i].percent < 100
-                   and (self.profiles[i].selector is None or any(self._selector[i].matches(ls) for ls in label_sets))
-                   for i in self.candidates)
+        return any(self.profiles[i].selector is None or any(self._selector[i].matches(ls) for ls in label_sets)
+                   for i in self._drawing)
 
     def _passes(self, i: int, labels: Mapping[str, str], draw: int) -> bool:
         return draw < self.profiles[i].percent and self._selector[i].matches(labels)
