@@ -88,7 +88,7 @@ BAD_PROBABILITIES = [
     ("a number as text", "50", f'spec.probability: Invalid value: "50": {PERCENT_TEXT}'),
     ("a fraction as text", "50.5%", f'spec.probability: Invalid value: "50.5%": {PERCENT_TEXT}'),
     ("a word", "abc", f'spec.probability: Invalid value: "abc": {PERCENT_TEXT}'),
-    ("a boolean", True, "spec.probability: Invalid value: True: must be an integer or percentage (e.g '5%')"),
+    ("a boolean", True, "spec.probability: Invalid value: true: must be an integer or percentage (e.g '5%')"),
     ("a fraction", 0.5, "spec.probability: Invalid value: 0.5: must be an integer or percentage (e.g '5%')"),
     ("a list", [50], "spec.probability: Invalid value: [50]: must be an integer or percentage (e.g '5%')"),
 ]
@@ -137,6 +137,8 @@ REFUSED_OUTPUT = [
      f'spec.labelSuffixes[app]: Invalid value: "-": {VALUE_TEXT}'),
     ("a suffix with a bad character", {"labelSuffixes": {"app": "-v!2"}},
      f'spec.labelSuffixes[app]: Invalid value: "-v!2": {VALUE_TEXT}'),
+    ("a suffix no value leaves room for", {"labelSuffixes": {"app": "x" * 63}},
+     f'spec.labelSuffixes[app]: Invalid value: "{"x" * 63}": must be no more than 63 bytes'),
     ("priorityClassName not a DNS subdomain", {"priorityClassName": "Koord_Batch"},
      f'spec.priorityClassName: Invalid value: "Koord_Batch": {SUBDOMAIN_TEXT}'),
     ("schedulerName not a DNS subdomain", {"schedulerName": "My Scheduler"},

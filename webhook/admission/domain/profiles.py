@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -66,8 +67,9 @@ def parse_probability(value: Any) -> int:
             raise ProfileError(invalid("spec.probability", value, regex_error(
                 "a valid percent string must be a numeric string followed by an ending '%'", "[0-9]+%", "1%", "93%")))
         percent = int(value[:-1])
-    else:  # the apps validation's text for an IntOrString that is neither
-        raise ProfileError(invalid("spec.probability", value, "must be an integer or percentage (e.g '5%')"))
+    else:  # the apps validation's text for an IntOrString that is neither; the value as JSON shows it (true, 0.5)
+        raise ProfileError(f"spec.probability: Invalid value: {json.dumps(value)}: must be an integer or percentage "
+                           "(e.g '5%')")
     if not 0 <= percent <= 100:
         raise ProfileError(invalid("spec.probability", value, "must be between 0 and 100, inclusive"))
     return percent
@@ -123,10 +125,10 @@ def _check_annotation_keys(path: str, keys: Iterable[str]) -> None:
 def _check_suffixes(path: str, suffixes: Mapping[str, str]) -> None:
     """A suffix appended to any valid value must leave a valid one: its own characters and end decide that."""
     for key, suffix in suffixes.items():
+        if len(suffix.encode()) >= LABEL_MAX:  # appended to a value of one character at least
+            raise ProfileError(invalid(f"{path}[{key}]", suffix, max_len_error(LABEL_MAX)))
         if suffix:
-            _check(f"{path}[{key}]", suffix, label_value("0" + suffix[:LABEL_MAX - 1]) or label_value(suffix[-1]))
-            if len(suffix.encode()) >= LABEL_MAX:
-                raise ProfileError(invalid(f"{path}[{key}]", suffix, max_len_error(LABEL_MAX)))
+            _check(f"{path}[{key}]", suffix, label_value("0" + suffix))
 
 
 def _check_patch(patch: dict[str, Any]) -> None:
