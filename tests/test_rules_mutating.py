@@ -179,6 +179,29 @@ def test_draw_record(name: str, obj: dict, spec: dict, recorded: str | None, den
         assert (labels_of(out).get("matched") == "yes") is (int(recorded) < 50)
 
 
+AUDIT_CASES = [
+    # (name, pod, profile spec, whether `audit` sees the profile apply)
+    ("a 50 % profile counts for a template", pod(name=None, generate_name="web-"), {"probability": "50%"}, True),
+    ("a 1 % profile too", pod(name=None, generate_name="web-"), {"probability": 1}, True),
+    ("a 0 % profile never", pod(name=None, generate_name="web-"), {"probability": 0}, False),
+    ("a pod's own draw does not count", pod(name=None, generate_name="w-", annotations={DRAW_ANNOTATION: "99"}),
+     {"probability": "50%"}, True),
+]
+
+
+@pytest.mark.parametrize("name,obj,spec,applies", AUDIT_CASES, ids=[c[0] for c in AUDIT_CASES])
+def test_audit_reads_a_template_as_every_pod_it_makes(name: str, obj: dict, spec: dict, applies: bool) -> None:
+    """`audit` pins the draw (a template stands for all its pods, which draw each for itself): it names a workload
+    a profile converts some pods of, and records no draw."""
+    settings = chain.Settings(pinned_draw=0)
+    decision = chain.mutate(request(copy.deepcopy(obj), uid="audit"), make_state(
+        profile("p", **spec, labels={"matched": "yes"})), settings)
+    assert decision.allowed
+    out = jsonpatch.apply_patch(obj, decision.patch)
+    assert (labels_of(out).get("matched") == "yes") is applies
+    assert not any(DRAW_ANNOTATION in op["path"] for op in decision.patch or [])
+
+
 # -- colocation profiles: what they set --------------------------------------------------------------
 def test_profile_sets_every_field_in_koordinator_order() -> None:
     state = make_state(profile(

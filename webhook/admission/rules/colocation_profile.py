@@ -102,6 +102,8 @@ def admit(ctx: MutatingContext) -> Denial | None:
 
 
 def _draw(ctx: MutatingContext, ns: str) -> tuple[int, bool]:
+    if ctx.settings.pinned_draw is not None:
+        return ctx.settings.pinned_draw, False
     meta = ctx.pod.get("metadata")
     meta = meta if isinstance(meta, dict) else {}
     annotations = meta.get("annotations")
