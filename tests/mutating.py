@@ -77,18 +77,19 @@ def pod(name: str | None = "p", ns: str = "default", labels: dict | None = None,
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
 
 
-def request(obj: dict, operation: str = "CREATE", old: dict | None = None) -> AdmissionRequest:
+def request(obj: dict, operation: str = "CREATE", old: dict | None = None, uid: str = "u-1") -> AdmissionRequest:
     meta = obj.get("metadata") or {}
     return request_from_dict({
-        "uid": "u-1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "name": meta.get("name") or "", "namespace": meta.get("namespace") or "default",
         "operation": operation, "object": obj, "oldObject": old})
 
 
-def mutate(obj: dict, state: ClusterState, explain: list[str] | None = None) -> tuple[Decision, dict | None]:
+def mutate(obj: dict, state: ClusterState, explain: list[str] | None = None,
+           uid: str = "u-1") -> tuple[Decision, dict | None]:
     """Run the chain; return the decision and the pod with the patch applied by ``jsonpatch``."""
-    decision = chain.mutate(request(copy.deepcopy(obj)), state, chain.Settings(), explain)
+    decision = chain.mutate(request(copy.deepcopy(obj), uid=uid), state, chain.Settings(), explain)
     assert not decision.rule_failed, decision.warnings
     if not decision.allowed:
         return decision, None

@@ -21,11 +21,15 @@ from webhook.cli.webhook import main
 from webhook.cluster.sources import example_folder
 
 NS = "colo-demo"
-WHY = (" (this pod asks for kubernetes.io/batch-cpu/kubernetes.io/batch-memory instead of cpu/memory, as a "
-       "colocation profile's batch conversion writes them; quota {q} in namespace colo-demo constrains {res}, which "
-       "a batch pod cannot set: constrain requests.kubernetes.io/batch-cpu and requests.kubernetes.io/batch-memory "
-       "in that quota instead, scope it away from batch pods, or keep the namespace out of the profile's "
-       "namespaceSelector)")
+# The ways out are only those the apiserver honours: its quota evaluator charges no kubernetes.io/ resource, so a
+# quota on requests.kubernetes.io/batch-cpu is no way out (the old advice); a NotBestEffort scope is.
+WHY_START = (" (this pod asks for kubernetes.io/batch-cpu/kubernetes.io/batch-memory instead of cpu/memory, as a "
+             "colocation profile's batch conversion writes them; quota {q} in namespace colo-demo constrains {res}, "
+             "which a batch pod cannot set, and a ResourceQuota charges no kubernetes.io/ resource in their place: ")
+WHY = WHY_START + ("add the scope NotBestEffort to that quota (this pod is BestEffort, so the quota then leaves it "
+                   "alone) or keep the namespace out of the profile's namespaceSelector)")
+# A quota scoped BestEffort (refused by the apiserver on compute resources, possible in a file) gets no scope advice.
+WHY_BE = WHY_START + "keep the namespace out of the profile's namespaceSelector)"
 
 
 def q(name: str, hard: dict[str, str], **kw: Any) -> dict[str, Any]:
@@ -57,7 +61,7 @@ CASES = [
      [q("compute", {"limits.cpu": "8"}, scopes=["NotBestEffort"])], None),
     ("batch pod is BestEffort: a BestEffort quota matches it", batch(),
      [q("be", {"cpu": "8"}, scopes=["BestEffort"])],
-     'pods "p" is forbidden: failed quota: be: must specify cpu for: app' + WHY.format(q="be", res="cpu")),
+     'pods "p" is forbidden: failed quota: be: must specify cpu for: app' + WHY_BE.format(q="be", res="cpu")),
     ("Terminating scope without activeDeadlineSeconds: no match", batch(),
      [q("t", {"cpu": "8"}, scopes=["Terminating"])], None),
     ("NotTerminating scope: a match", batch(), [q("t", {"cpu": "8"}, scopes=["NotTerminating"])],
@@ -107,6 +111,40 @@ def test_quota_constraints(name: str, obj: dict[str, Any], quotas: list[dict[str
     else:
         assert (d.allowed, d.code, d.reason, d.rule, d.message) == (False, 403, "Forbidden", "quota-constraints",
                                                                    message)
+
+
+def _scoped(quota_obj: dict[str, Any], scope_name: str) -> dict[str, Any]:
+    spec = quota_obj["spec"]
+    return {**quota_obj, "spec": {**spec, "scopes": [*spec.get("scopes", []), scope_name]}}
+
+
+def _with_hard(quota_obj: dict[str, Any], extra: dict[str, str]) -> dict[str, Any]:
+    return {**quota_obj, "spec": {**quota_obj["spec"], "hard": {**quota_obj["spec"]["hard"], **extra}}}
+
+
+BATCH_HARD = {"requests.kubernetes.io/batch-cpu": "10k", "requests.kubernetes.io/batch-memory": "64Gi"}
+ADVICE_CASES = [
+    # (name, refusing quota, the quota as an operator changes it, whether the pod is then admitted)
+    ("the advised NotBestEffort scope lifts the denial", q("compute", {"limits.cpu": "8"}),
+     lambda qo: _scoped(qo, "NotBestEffort"), True),
+    ("the advised NotBestEffort scope, every constrained resource",
+     q("compute", {k: "8" for k in ("cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory")}),
+     lambda qo: _scoped(qo, "NotBestEffort"), True),
+    ("the advised NotBestEffort scope beside a PriorityClass scope",
+     q("pc", {"cpu": "8"}, exprs=[scope("PriorityClass", "In", "koord-batch")]), lambda qo: _scoped(qo, "NotBestEffort"),
+     True),
+    ("the old advice, batch resources in the quota, changes nothing", q("compute", {"limits.cpu": "8"}),
+     lambda qo: _with_hard(qo, BATCH_HARD), False),
+]
+
+
+@pytest.mark.parametrize(("name", "refusing", "change", "admitted"), ADVICE_CASES, ids=[c[0] for c in ADVICE_CASES])
+def test_the_advice_works(name: str, refusing: dict[str, Any], change: Any, admitted: bool) -> None:
+    """Every way out the denial names, followed, admits the pod; what it no longer names would not."""
+    refused = validate(batch(), cluster=state(refusing))
+    assert not refused.allowed and "add the scope NotBestEffort to that quota" in refused.message
+    assert "requests.kubernetes.io/batch-cpu" not in refused.message
+    assert validate(batch(), cluster=state(change(refusing))).allowed is admitted
 
 
 def test_update_is_not_checked() -> None:

@@ -22,7 +22,7 @@ from tests.mutating import (
     resources_of,
 )
 from webhook.admission import chain
-from webhook.admission.domain.profiles import probability_draw
+from webhook.admission.domain.profiles import DRAW_ANNOTATION, probability_draw
 from webhook.admission.review import review_from_dict
 from webhook.core.priority import resolve_priority
 
@@ -67,9 +67,14 @@ MATCH_CASES = [
     ("probability 0 never", {"probability": 0}, {}, False, None),
     ("probability 0% never", {"probability": "0%"}, {}, False, None),
     ("probability 100% always", {"probability": "100%"}, {}, True, None),
-    ("probability 150 counts as 100", {"probability": 150}, {}, True, None),
-    ("probability without % is bad", {"probability": "50"}, {}, False, "probability: '50' is not an integer"),
-    ("negative probability is bad", {"probability": -5}, {}, False, "must not be negative"),
+    ("probability 150 is bad, not 100 %", {"probability": 150}, {}, False,
+     "colocation profile p1 ignored: spec.probability: Invalid value: 150: must be between 0 and 100, inclusive"),
+    ("probability 150% is bad", {"probability": "150%"}, {}, False, 'Invalid value: "150%": must be between 0 and 100'),
+    ("probability without % is bad", {"probability": "50"}, {}, False,
+     'spec.probability: Invalid value: "50": a valid percent string'),
+    ("negative probability is bad", {"probability": -5}, {}, False, "Invalid value: -5: must be between 0 and 100"),
+    ("a label the apiserver refuses is bad", {"annotations": {"my key": "v"}}, {}, False,
+     'colocation profile p1 ignored: spec.annotations[my key]: Invalid value: "my key": name part must consist'),
     ("fractional probability is bad", {"probability": "50.5%"}, {}, False, "probability"),
     ("bad qosClass is bad", {"qosClass": "Gold"}, {}, False, "qosClass: Unsupported value"),
 ]
@@ -108,11 +113,93 @@ def test_probability_share_is_exact_over_many_pods() -> None:
 
 
 def test_probability_draw_is_stable_for_generate_name_pods() -> None:
+    """One admission of a pod gets one answer, however often the chain runs in it."""
     state = make_state(profile("half", probability="50%", labels={"matched": "yes"}))
     p = pod(name=None, generate_name="web-6c8dfc678-")
     results = {json.dumps(mutate(p, state)[1], sort_keys=True) for _ in range(3)}
     assert len(results) == 1
-    assert probability_draw("default", "web-6c8dfc678-") == probability_draw("default", "web-6c8dfc678-")
+
+
+def test_probability_is_drawn_per_pod_not_per_generate_name() -> None:
+    """The pods of one ReplicaSet share their generateName; each is drawn on its own (Koordinator draws per pod), so
+    about half of them get a 50 % profile, not the whole ReplicaSet or none of it."""
+    state = make_state(profile("half", probability="50%", labels={"matched": "yes"}))
+    p = pod(name=None, generate_name="web-6c8dfc678-")
+    outs = [mutate(p, state, uid=f"3f2a-{i}")[1] for i in range(200)]
+    hits = sum(labels_of(o).get("matched") == "yes" for o in outs)
+    assert 70 <= hits <= 130, hits
+    for out in outs:  # each records its draw, which decided it
+        draw = int(out["metadata"]["annotations"][DRAW_ANNOTATION])
+        assert (labels_of(out).get("matched") == "yes") is (draw < 50)
+
+
+def test_a_recorded_draw_holds_under_reinvocation() -> None:
+    """A reinvocation brings another request uid: run on its own output, the chain changes nothing, whatever the
+    uid, so a 50 % profile stays at 50 % in clusters where another webhook makes the apiserver call us again."""
+    state = make_state(profile("half", probability="50%", labels={"matched": "yes"}))
+    p = pod(name=None, generate_name="job-abc-")
+    outcomes = set()
+    for i in range(20):
+        _, out = mutate(p, state, uid=f"first-{i}")
+        assert out is not None and DRAW_ANNOTATION in out["metadata"]["annotations"]
+        outcomes.add(labels_of(out).get("matched") == "yes")
+        for j in range(5):
+            again, _ = mutate(out, state, uid=f"again-{i}-{j}")
+            assert again.allowed and again.patch in (None, []), (i, j, again.patch)
+    assert outcomes == {True, False}  # a pod the draw left out stays out, one it took in stays in
+
+
+DRAW_CASES = [
+    # (name, pod, profile spec, expected recorded draw or None, expected denial fragment or None)
+    ("a named pod draws from its name and records nothing", pod(name="web-0"), {"probability": "50%"}, None, None),
+    ("no profile under 100 %: no draw", pod(name=None, generate_name="w-"), {}, None, None),
+    ("a 50 % profile whose selector misses the pod: no record", pod(name=None, generate_name="w-"),
+     {"probability": "50%", "selector": {"matchLabels": {"app": "other"}}}, None, None),
+    ("a pinned draw is kept", pod(name=None, generate_name="w-", annotations={DRAW_ANNOTATION: "7"}),
+     {"probability": "50%"}, "7", None),
+    ("a pinned draw of 99 misses 50 %", pod(name=None, generate_name="w-", annotations={DRAW_ANNOTATION: "99"}),
+     {"probability": "50%"}, "99", None),
+    ("a recorded draw that is none is denied", pod(name=None, generate_name="w-", annotations={DRAW_ANNOTATION: "x"}),
+     {"probability": "50%"}, None,
+     f'metadata.annotations[{DRAW_ANNOTATION}]: Invalid value: "x": must be an integer from 0 to 99'),
+    ("a recorded draw of 100 is denied", pod(name=None, generate_name="w-", annotations={DRAW_ANNOTATION: "100"}),
+     {"probability": "50%"}, None, "must be an integer from 0 to 99"),
+]
+
+
+@pytest.mark.parametrize("name,obj,spec,recorded,denial", DRAW_CASES, ids=[c[0] for c in DRAW_CASES])
+def test_draw_record(name: str, obj: dict, spec: dict, recorded: str | None, denial: str | None) -> None:
+    decision, out = mutate(obj, make_state(profile("p", **spec, labels={"matched": "yes"})))
+    if denial is not None:
+        assert not decision.allowed and denial in (decision.message or ""), decision.message
+        return
+    assert out is not None
+    assert (out["metadata"].get("annotations") or {}).get(DRAW_ANNOTATION) == recorded
+    if recorded is not None:
+        assert (labels_of(out).get("matched") == "yes") is (int(recorded) < 50)
+
+
+AUDIT_CASES = [
+    # (name, pod, profile spec, whether `audit` sees the profile apply)
+    ("a 50 % profile counts for a template", pod(name=None, generate_name="web-"), {"probability": "50%"}, True),
+    ("a 1 % profile too", pod(name=None, generate_name="web-"), {"probability": 1}, True),
+    ("a 0 % profile never", pod(name=None, generate_name="web-"), {"probability": 0}, False),
+    ("a pod's own draw does not count", pod(name=None, generate_name="w-", annotations={DRAW_ANNOTATION: "99"}),
+     {"probability": "50%"}, True),
+]
+
+
+@pytest.mark.parametrize("name,obj,spec,applies", AUDIT_CASES, ids=[c[0] for c in AUDIT_CASES])
+def test_audit_reads_a_template_as_every_pod_it_makes(name: str, obj: dict, spec: dict, applies: bool) -> None:
+    """`audit` pins the draw (a template stands for all its pods, which draw each for itself): it names a workload
+    a profile converts some pods of, and records no draw."""
+    settings = chain.Settings(pinned_draw=0)
+    decision = chain.mutate(request(copy.deepcopy(obj), uid="audit"), make_state(
+        profile("p", **spec, labels={"matched": "yes"})), settings)
+    assert decision.allowed
+    out = jsonpatch.apply_patch(obj, decision.patch)
+    assert (labels_of(out).get("matched") == "yes") is applies
+    assert not any(DRAW_ANNOTATION in op["path"] for op in decision.patch or [])
 
 
 # -- colocation profiles: what they set --------------------------------------------------------------
@@ -155,6 +242,20 @@ def test_selector_sees_labels_as_received_then_settles() -> None:
     _decision, out = mutate(pod(), state)
     assert labels_of(out) == {"tier": "batch", "b": "yes"}
     assert chain.mutate(request(out), state, chain.Settings()).patch == []
+
+
+def test_a_suffix_that_makes_this_pods_label_too_long_skips_the_profile_for_it() -> None:
+    """The apiserver would refuse the pod (a label value over 63 bytes): that profile is not applied to it, with a
+    warning naming the field, as for a patch that leaves an invalid pod; other pods still get it."""
+    state = make_state(profile("p", labelSuffixes={"app": "-suffix"}, labels={"matched": "yes"}))
+    long_value = "a" * 60
+    explain: list[str] = []
+    decision, out = mutate(pod(labels={"app": long_value}), state, explain)
+    assert out is not None and labels_of(out) == {"app": long_value}
+    why = f'spec.labelSuffixes[app]: Invalid value: "{long_value}-suffix": must be no more than 63 bytes'
+    assert f"[colocation-profile] profile p not applied: {why}" in explain
+    assert [w[:50] for w in decision.warnings] == [f"colocation profile p not applied: {why}"[:50]]
+    assert labels_of(mutate(pod(labels={"app": "web"}), state)[1]) == {"app": "web-suffix", "matched": "yes"}
 
 
 def test_label_suffix_is_not_appended_twice() -> None:

@@ -40,6 +40,9 @@ class Settings:
     # with a 400 denial naming the limit, before the chain runs or instead of the patch.
     max_containers: int = MAX_CONTAINERS
     max_patch_bytes: int = MAX_PATCH_BYTES
+    # Every pod's probability draw, when set (`audit`: a pod template stands for all the pods it makes, which draw
+    # each for itself, so 0 lets every profile above 0 % count and nothing is recorded); None draws per pod.
+    pinned_draw: int | None = None
 
 
 def shorten_warning(text: str) -> str:

@@ -7,7 +7,6 @@ import contextlib
 import datetime as dt
 import logging
 import os
-import re
 import socket
 import sys
 import time
@@ -15,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhook import __version__
+from webhook.core import names
 
 if TYPE_CHECKING:
     from webhook.cluster.state import ClusterState
@@ -170,40 +170,26 @@ def non_negative_seconds(value: str) -> float:
     return number
 
 
-# Names the API could never hold would match nothing or fail late; the texts are apimachinery's.
-_DNS1123_LABEL = "[a-z0-9]([-a-z0-9]*[a-z0-9])?"
-_DNS1123_SUBDOMAIN = _DNS1123_LABEL + "(\\." + _DNS1123_LABEL + ")*"
-_DNS1035_LABEL = "[a-z]([-a-z0-9]*[a-z0-9])?"
-
-
-def _dns_name(value: str, max_len: int, pattern: str, what: str, examples: str) -> str:
-    if len(value) > max_len:
-        raise argparse.ArgumentTypeError(f'Invalid value: "{value}": must be no more than {max_len} characters')
-    if not re.fullmatch(pattern, value):
-        raise argparse.ArgumentTypeError(
-            f'Invalid value: "{value}": {what} (e.g. {examples}, regex used for validation is \'{pattern}\')')
+# Names the API could never hold would match nothing or fail late; the checks and texts are apimachinery's.
+def _dns_name(value: str, errors: list[str]) -> str:
+    if errors:
+        raise argparse.ArgumentTypeError(f'Invalid value: "{value}": {errors[0]}')
     return value
 
 
 def namespace(value: str) -> str:
     """A namespace name (an RFC 1123 label)."""
-    return _dns_name(value, 63, _DNS1123_LABEL, "a lowercase RFC 1123 label must consist of lower case "
-                     "alphanumeric characters or '-', and must start and end with an alphanumeric character",
-                     "'my-name',  or '123-abc'")
+    return _dns_name(value, names.dns1123_label(value))
 
 
 def object_name(value: str) -> str:
     """A name of most kinds: a ConfigMap, a Secret, a webhook configuration (an RFC 1123 subdomain)."""
-    return _dns_name(value, 253, _DNS1123_SUBDOMAIN, "a lowercase RFC 1123 subdomain must consist of lower case "
-                     "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
-                     "'example.com'")
+    return _dns_name(value, names.dns1123_subdomain(value))
 
 
 def service_name(value: str) -> str:
     """A Service name (an RFC 1035 label)."""
-    return _dns_name(value, 63, _DNS1035_LABEL, "a DNS-1035 label must consist of lower case alphanumeric "
-                     "characters or '-', start with an alphabetic character, and end with an alphanumeric character",
-                     "'my-name',  or 'abc-123'")
+    return _dns_name(value, names.dns1035_label(value))
 
 
 def listen(host: str, port: int, flag: str) -> socket.socket:

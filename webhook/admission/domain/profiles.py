@@ -2,8 +2,9 @@
 
 Semantics follow Koordinator (koordinator.md §1, §2.3, §2.4) with our deliberate deviations
 (reference README §4): matching fails closed (an unknown namespace or a bad selector, probability or
-field means no match, with a reason), and ``probability: 50`` means exactly 50 % of pods, drawn from
-a stable hash of the pod's identity so every (re)invocation gets the same answer.
+field means no match, with a reason; so does a field whose output the apiserver would refuse on the pod),
+and ``probability: 50`` gives each pod a 50 % chance (Koordinator: 51 %), drawn once per pod so that every
+(re)invocation gets the same answer (``pod_draw``).
 
 Pure functions over plain dicts; a transformed pod shares every untouched subtree with its input.
 """
@@ -12,18 +13,30 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.domain.strategic_merge import StrategicMergeError, clone, merge
+from webhook.core.fielderrors import invalid
+from webhook.core.names import (
+    LABEL_MAX,
+    dns1123_subdomain,
+    label_value,
+    max_len_error,
+    qualified_name,
+    regex_error,
+)
 from webhook.core.priority import SUB_PRIORITY_LABEL, preemption_policy_of
 from webhook.core.qos import KOORD_QOS_CLASSES, QOS_LABEL
 from webhook.core.resources import as_object, pod_shape_error
 from webhook.core.selectors import CompiledSelector, SelectorError, compile_selector, describe_selector
 
 SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
+# The probability draw of a pod created without a name (see ``pod_draw``).
+DRAW_ANNOTATION = "colocation.koordinator.sh/probability-draw"
 _PERCENT = re.compile(r"^([0-9]+)%$")
 # A profile patch may not rename or move the pod: the draw and the apiserver depend on them.
 _IDENTITY_FIELDS = ("name", "generateName", "namespace")
@@ -43,24 +56,96 @@ class ApplyError(ValueError):
 
 
 def parse_probability(value: Any) -> int:
-    """Percent (0..100) from ``probability``: unset = 100, an int, or "NN%"; >100 counts as 100."""
+    """Percent (0..100) from ``probability``: unset = 100, an integer, or "NN%". Anything else, 150 included, is a
+    bad value: the profile is refused, as our CRD refuses it, never clamped to 100 (Koordinator applies it)."""
     if value is None:
         return 100
     if isinstance(value, int) and not isinstance(value, bool):
         percent = value
-    elif isinstance(value, str) and _PERCENT.match(value):
+    elif isinstance(value, str):
+        if not _PERCENT.match(value):  # upstream's IsValidPercent
+            raise ProfileError(invalid("spec.probability", value, regex_error(
+                "a valid percent string must be a numeric string followed by an ending '%'", "[0-9]+%", "1%", "93%")))
         percent = int(value[:-1])
-    else:
-        raise ProfileError(f"probability: {value!r} is not an integer or a percentage like \"50%\"")
-    if percent < 0:
-        raise ProfileError(f"probability: {value!r} must not be negative")
-    return min(percent, 100)
+    else:  # the apps validation's text for an IntOrString that is neither; the value as JSON shows it (true, 0.5)
+        raise ProfileError(f"spec.probability: Invalid value: {json.dumps(value)}: must be an integer or percentage "
+                           "(e.g '5%')")
+    if not 0 <= percent <= 100:
+        raise ProfileError(invalid("spec.probability", value, "must be between 0 and 100, inclusive"))
+    return percent
 
 
 def probability_draw(namespace: str, name: str) -> int:
-    """The pod's draw in 0..99: stable across processes and (re)invocations (not Python's hash())."""
+    """A draw in 0..99 from a text: stable across processes and (re)invocations (not Python's hash())."""
     digest = hashlib.blake2b(f"{namespace}/{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") % 100
+
+
+def pod_draw(namespace: str, name: str, generate_name: str, request_uid: str,
+             annotations: Mapping[str, Any]) -> tuple[int, bool]:
+    """The pod's draw in 0..99, and whether it must be recorded in ``DRAW_ANNOTATION``.
+
+    Per pod, as Koordinator draws: a recorded draw is kept (our own, on a reinvocation: the same answer again);
+    a pod with a name draws from it (a StatefulSet's web-0 gets the same answer at every re-creation); a pod still
+    without one (``generateName``: every ReplicaSet, Job and DaemonSet pod, all alike until the apiserver names them
+    after admission) draws from its admission request's uid, unique per call, and records it, since a reinvocation
+    brings another uid. Raises ProfileError for a recorded draw that is not one.
+    """
+    recorded = annotations.get(DRAW_ANNOTATION)
+    if recorded is not None:
+        if not (isinstance(recorded, str) and recorded.isascii() and recorded.isdigit() and int(recorded) < 100):
+            raise ProfileError(invalid(f"metadata.annotations[{DRAW_ANNOTATION}]", recorded,
+                                       "must be an integer from 0 to 99 (the pod's probability draw)"))
+        return int(recorded), False
+    if name:
+        return probability_draw(namespace, name), False
+    return probability_draw(namespace, f"{generate_name}{request_uid}"), True
+
+
+def _check(path: str, value: Any, errors: list[str]) -> None:
+    """The first of apimachinery's messages about ``value``, as the apiserver would word it for ``path``."""
+    if errors:
+        raise ProfileError(invalid(path, value, errors[0]))
+
+
+def _check_labels(path: str, labels: Mapping[str, Any]) -> None:
+    """Label keys and values the apiserver would refuse on the pod (``ValidateLabels``); None deletes (a patch)."""
+    for key, value in labels.items():
+        _check(f"{path}[{key}]", key, qualified_name(key))
+        if isinstance(value, str):
+            _check(f"{path}[{key}]", value, label_value(value))
+
+
+def _check_annotation_keys(path: str, keys: Iterable[str]) -> None:
+    """``ValidateAnnotations``: each key, lower-cased, is a qualified name."""
+    for key in keys:
+        _check(f"{path}[{key}]", key, qualified_name(key.lower()))
+
+
+def _check_suffixes(path: str, suffixes: Mapping[str, str]) -> None:
+    """A suffix appended to any valid value must leave a valid one: its own characters and end decide that."""
+    for key, suffix in suffixes.items():
+        if len(suffix.encode()) >= LABEL_MAX:  # appended to a value of one character at least
+            raise ProfileError(invalid(f"{path}[{key}]", suffix, max_len_error(LABEL_MAX)))
+        if suffix:
+            _check(f"{path}[{key}]", suffix, label_value("0" + suffix))
+
+
+def _check_patch(patch: dict[str, Any]) -> None:
+    """What the patch writes where the apiserver checks names: labels, annotation keys, the scheduler and class."""
+    meta = patch.get("metadata")
+    if isinstance(meta, dict):
+        if isinstance(meta.get("labels"), dict):
+            _check_labels("spec.patch.metadata.labels", {k: v for k, v in meta["labels"].items() if k != "$patch"})
+        if isinstance(meta.get("annotations"), dict):
+            _check_annotation_keys("spec.patch.metadata.annotations",
+                                   [k for k in meta["annotations"] if k != "$patch"])
+    pspec = patch.get("spec")
+    if isinstance(pspec, dict):
+        for fname in ("schedulerName", "priorityClassName"):
+            v = pspec.get(fname)
+            if isinstance(v, str) and v:
+                _check(f"spec.patch.spec.{fname}", v, dns1123_subdomain(v))
 
 
 def _string_map(spec: Mapping[str, Any], name: str) -> dict[str, str]:
@@ -126,11 +211,23 @@ def compile_profile(obj: dict[str, Any]) -> Profile:
         p.label_keys_mapping = _string_map(spec, "labelKeysMapping")
         p.annotation_keys_mapping = _string_map(spec, "annotationKeysMapping")
         p.label_suffixes = _string_map(spec, "labelSuffixes")
+        # What the profile writes must be what the apiserver accepts on a pod: refused here, once, naming the
+        # field, rather than every pod it matches failing after the webhooks.
+        _check_labels("spec.labels", p.labels)
+        _check_annotation_keys("spec.annotations", p.annotations)
+        for old_key, new_key in p.label_keys_mapping.items():
+            _check(f"spec.labelKeysMapping[{old_key}]", new_key, qualified_name(new_key))
+        for old_key, new_key in p.annotation_keys_mapping.items():
+            _check(f"spec.annotationKeysMapping[{old_key}]", new_key, qualified_name(new_key.lower()))
+        _check_suffixes("spec.labelSuffixes", p.label_suffixes)
         for fname in ("schedulerName", "qosClass", "priorityClassName"):
             v = spec.get(fname)
             if v is not None and not isinstance(v, str):
                 raise ProfileError(f"{fname}: must be a string, got {v!r}")
         p.scheduler_name = spec.get("schedulerName") or ""
+        for fname in ("schedulerName", "priorityClassName"):
+            if spec.get(fname):
+                _check(f"spec.{fname}", spec[fname], dns1123_subdomain(spec[fname]))
         p.qos_class = spec.get("qosClass") or ""
         if p.qos_class and p.qos_class not in KOORD_QOS_CLASSES:
             raise ProfileError(f"qosClass: Unsupported value: {p.qos_class!r}: supported values: "
@@ -139,6 +236,8 @@ def compile_profile(obj: dict[str, Any]) -> Profile:
         kp = spec.get("koordinatorPriority")
         if kp is not None and (not isinstance(kp, int) or isinstance(kp, bool) or not -2**31 <= kp < 2**31):
             raise ProfileError(f"koordinatorPriority: must be a 32-bit integer, got {kp!r}")
+        if kp is not None:  # written as the label koordinator.sh/priority: a negative number is no label value
+            _check("spec.koordinatorPriority", kp, label_value(str(kp)))
         p.koordinator_priority = kp
         patch = spec.get("patch")
         if patch is not None:
@@ -150,6 +249,7 @@ def compile_profile(obj: dict[str, Any]) -> Profile:
                 for f in _IDENTITY_FIELDS:
                     if f in pmeta:
                         raise ProfileError(f"patch.metadata.{f}: a profile may not change the pod's {f}")
+            _check_patch(patch)
             p.patch = patch or None
     except ProfileError as exc:
         p.error = str(exc)
@@ -189,7 +289,11 @@ def apply_profile(pod: dict[str, Any], p: Profile, lookup_class: Callable[[str],
         annotations[new] = annotations.get(old, "")
     for key, suffix in p.label_suffixes.items():
         if key in labels:
-            labels[key] = _append_suffix(labels[key], suffix, (tail or {}).get(key, ""))
+            value = _append_suffix(labels[key], suffix, (tail or {}).get(key, ""))
+            too_long = label_value(value) if len(value) >= LABEL_MAX else []
+            if too_long:  # the suffix's characters were checked at load; only this pod's value makes it too long
+                raise ApplyError(invalid(f"spec.labelSuffixes[{key}]", value, too_long[0]))
+            labels[key] = value
     if p.qos_class:
         labels[QOS_LABEL] = p.qos_class
     if p.koordinator_priority is not None:
@@ -313,7 +417,14 @@ class NamespaceProfiles:
         # label cannot change what they do.
         self.label_keys_read = frozenset(self.by_key).union(
             *(profiles[i].label_keys_mapping.keys() | profiles[i].label_suffixes.keys() for i in candidates))
-        self.draws = any(profiles[i].percent < 100 for i in candidates)  # whether the pod's draw can matter
+        # The profiles whose probability the draw decides (0 % never applies, 100 % always): most views have none.
+        self._drawing = [i for i in candidates if 0 < profiles[i].percent < 100]
+        self.draws = bool(self._drawing)  # whether the pod's draw can matter
+
+    def drawn(self, *label_sets: Mapping[str, str]) -> bool:
+        """Whether the draw decided something: a profile of probability between 0 and 100 selects these labels."""
+        return any(self.profiles[i].selector is None or any(self._selector[i].matches(ls) for ls in label_sets)
+                   for i in self._drawing)
 
     def _passes(self, i: int, labels: Mapping[str, str], draw: int) -> bool:
         return draw < self.profiles[i].percent and self._selector[i].matches(labels)

@@ -7,16 +7,19 @@ from a reinvocation unchanged. What matched goes to ``ctx.facts`` for the batch-
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from webhook.admission.context import MutatingContext
 from webhook.admission.domain.profiles import (
+    DRAW_ANNOTATION,
     ApplyError,
+    ProfileError,
     ProfileSet,
     explain_match,
     format_labels,
+    pod_draw,
     pod_labels,
-    probability_draw,
     resolve,
 )
 from webhook.admission.response import Denial, forbidden
@@ -49,7 +52,8 @@ def admit(ctx: MutatingContext) -> Denial | None:
     ns_labels = ctx.state.namespace_labels(ns)
     identity = ctx.identity
     if ctx.explain is not None:
-        _explain(ctx, pset, ns, ns_labels, probability_draw(ns, identity), identity)
+        with contextlib.suppress(ProfileError):  # a recorded draw that is none: denied below, with the reason
+            _explain(ctx, pset, ns, ns_labels, _draw(ctx, ns)[0], identity)
     if ns_labels is None:
         ctx.warn(f"namespace {ns} is not in the webhook's cluster state; no colocation profile applied")
         return None
@@ -58,11 +62,18 @@ def admit(ctx: MutatingContext) -> Denial | None:
     for p in view.broken:
         ctx.warn(f"colocation profile {p.name} ignored: {p.error}")
     # Only a probability under 100 % reads the draw (any draw passes 100 %): most pods need no hash.
-    draw = probability_draw(ns, identity) if view.draws else 0
+    draw, record = 0, False
+    if view.draws:
+        try:
+            draw, record = _draw(ctx, ns)
+        except ProfileError as bad:
+            return forbidden(ctx.pod_name, str(bad))
+    before_labels = pod_labels(ctx.pod)
     try:
         res = resolve(view, ctx.pod, draw, ctx.state.priority_class)
     except ApplyError as exc:  # the chain notes the denial for --explain
         return forbidden(ctx.pod_name, exc.message)
+    record = record and view.drawn(before_labels, pod_labels(res.pod))
     for p, why in res.failed:
         ctx.warn(f"colocation profile {p.name} not applied: {why}")
         ctx.note(NAME, f"profile {p.name} not applied: {why}")
@@ -72,20 +83,32 @@ def admit(ctx: MutatingContext) -> Denial | None:
     names = [p.name for p in res.matched]
     ctx.facts.matched_profiles = names
     ctx.facts.skip_update_resources = any(p.skip_update_resources for p in res.matched)
-    if res.pod is ctx.pod:
-        if names:
-            ctx.note(NAME, f"matched {', '.join(names)}: the pod already carries what they set")
-        return None
-    before = len(ctx.patch.ops)
-    _apply(ctx, res.pod)
-    if len(ctx.patch.ops) == before:
-        return None
-    changed = _summary(ctx.patch.ops[before:])
-    ctx.audit(NAME, f"applied {', '.join(names)}: {changed}")
-    ctx.warn(_short(names, res.pod))
-    if ctx.explain is not None:
-        ctx.note(NAME, f"applied {', '.join(names)} in {res.passes} pass(es): {changed}")
+    if res.pod is not ctx.pod:
+        before = len(ctx.patch.ops)
+        _apply(ctx, res.pod)
+        if len(ctx.patch.ops) > before:
+            changed = _summary(ctx.patch.ops[before:])
+            ctx.audit(NAME, f"applied {', '.join(names)}: {changed}")
+            ctx.warn(_short(names, res.pod))
+            if ctx.explain is not None:
+                ctx.note(NAME, f"applied {', '.join(names)} in {res.passes} pass(es): {changed}")
+    elif names:
+        ctx.note(NAME, f"matched {', '.join(names)}: the pod already carries what they set")
+    if record:
+        # A reinvocation brings another request uid: the pod keeps its draw, so the answer stays the same.
+        ctx.patch.set(("metadata", "annotations", DRAW_ANNOTATION), str(draw))
+        ctx.note(NAME, f"probability draw {draw} recorded in {DRAW_ANNOTATION}")
     return None
+
+
+def _draw(ctx: MutatingContext, ns: str) -> tuple[int, bool]:
+    if ctx.settings.pinned_draw is not None:
+        return ctx.settings.pinned_draw, False
+    meta = ctx.pod.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    annotations = meta.get("annotations")
+    return pod_draw(ns, meta.get("name") or ctx.request.name or "", str(meta.get("generateName") or ""),
+                    ctx.request.uid, annotations if isinstance(annotations, dict) else {})
 
 
 def _apply(ctx: Any, new: dict[str, Any]) -> None:

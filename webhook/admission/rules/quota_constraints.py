@@ -7,16 +7,21 @@ after the webhooks with ``failed quota: compute: must specify limits.cpu ...``, 
 write (Koordinator issues 1676, 2385). The scopes are read on the pod as it is now: converted, it has no cpu or
 memory, so it is BestEffort and ``NotBestEffort`` quotas do not match it; a PriorityClass scope sees the class a
 profile set. The denial carries the apiserver's own text, and where the pod holds batch resources, why and the
-ways out. The apiserver would refuse every other such pod with that same text; this rule says it first.
+ways out that work (a quota on ``requests.kubernetes.io/batch-cpu`` is none: the evaluator charges no
+``kubernetes.io/`` resource). The apiserver would refuse every other such pod with that same text; this rule says
+it first.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 from webhook.admission.context import ValidatingContext
-from webhook.admission.domain.quota import constraints_text, refusing_quota
+from webhook.admission.domain.quota import constraints_text, quota_scope_selectors, refusing_quota
 from webhook.admission.response import Denial, forbidden
 from webhook.admission.review import AdmissionRequest
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, names_batch
+from webhook.core.qos import kube_qos_class
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, as_object, names_batch
 
 NAME = "quota-constraints"
 
@@ -36,9 +41,25 @@ def validate(ctx: ValidatingContext) -> Denial | None:
     quota, missing = found
     message = f"failed quota: {quota}: {constraints_text(missing)}"
     if names_batch(ctx.resource_lists):
-        message += (f" (this pod asks for {BATCH_CPU}/{BATCH_MEMORY} instead of cpu/memory, as a colocation "
-                    f"profile's batch conversion writes them; quota {quota} in namespace {ns} constrains "
-                    f"{', '.join(missing)}, which a batch pod cannot set: constrain requests.{BATCH_CPU} and "
-                    f"requests.{BATCH_MEMORY} in that quota instead, scope it away from batch pods, or keep the "
-                    "namespace out of the profile's namespaceSelector)")
+        # NotBestEffort takes the quota off a BestEffort pod, unless the quota is scoped BestEffort itself (the
+        # apiserver refuses that scope on compute resources; a hand-written file may still hold one).
+        scopes = {s.get("scopeName") for qo in quotas if _name(qo) == quota for s in quota_scope_selectors(qo)}
+        message += _advice(quota, ns, list(missing),
+                                kube_qos_class(ctx.pod) == "BestEffort" and "BestEffort" not in scopes)
     return forbidden(ctx.pod_name, message)
+
+
+def _name(quota: dict[str, Any]) -> str:
+    return str(as_object(quota.get("metadata")).get("name", ""))
+
+
+def _advice(quota: str, ns: str, missing: list[str], not_best_effort_helps: bool) -> str:
+    """Why a batch pod cannot meet the quota, and only ways out the apiserver honours: its quota evaluator charges
+    no ``kubernetes.io/`` resource (batch-cpu is native by name), so a quota on ``requests.kubernetes.io/batch-cpu``
+    is accepted and never counts anything; a ``NotBestEffort`` scope stops the quota matching a BestEffort pod."""
+    way_out = ("add the scope NotBestEffort to that quota (this pod is BestEffort, so the quota then leaves it "
+               "alone) or " if not_best_effort_helps else "")
+    return (f" (this pod asks for {BATCH_CPU}/{BATCH_MEMORY} instead of cpu/memory, as a colocation profile's batch "
+            f"conversion writes them; quota {quota} in namespace {ns} constrains {', '.join(missing)}, which a batch "
+            "pod cannot set, and a ResourceQuota charges no kubernetes.io/ resource in their place: "
+            f"{way_out}keep the namespace out of the profile's namespaceSelector)")
