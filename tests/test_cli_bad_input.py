@@ -152,6 +152,8 @@ def _judge(prog: str, argv: list[str], r: subprocess.CompletedProcess[str], wher
     return None
 
 
+# About 110 program starts (~1.2 s of CPU each): a minute on two idle cores, past pytest's 120 s on loaded ones.
+@pytest.mark.timeout(300)
 def test_every_subcommand_answers_bad_input_in_one_line_with_a_documented_code(tmp_path: Path) -> None:
     jobs = []
     for name, case in CASES.items():

@@ -141,6 +141,8 @@ def _dockerignore_allows(rel: str) -> bool:
     return allowed
 
 
+# A compiled wheel build (mypyc, about a minute on two idle cores) and a fresh venv: past 120 s on loaded ones.
+@pytest.mark.timeout(300)
 def test_install_steps_in_a_fresh_venv(stages: list[Stage], tmp_path: Path) -> None:
     """Build context from the COPY lines, the build stage's `pip wheel` (this project only; dependencies
     are those of the running environment), the runtime stage's `pip install --no-index`, then the
