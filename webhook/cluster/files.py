@@ -1,8 +1,11 @@
 """The ``files`` source: a folder of YAML/JSON manifests, the same files one would ``kubectl apply``.
 
-Loading is all-or-nothing: a file that does not parse, or an object with a field its kind does not have
-(kubectl's strict field validation, ``webhook/cluster/strict.py``), is reported with its path and line and
-the previous state stays in place. ``FilesSource.watch`` reloads on change (watchfiles).
+Loading is all-or-nothing: a file that does not parse, an object with a field its kind does not have (kubectl's
+strict field validation, ``webhook/cluster/strict.py``) or a kind that can only be a mistake (``kind_verdict``) is
+reported with its path and line and the previous state stays in place. What is no object of the state (another
+kind, another tool's file: kustomize's, an AdmissionConfiguration) is skipped and named in one note per load.
+Only what is read of each object is kept (``kept``, as the live source keeps it). ``FilesSource.watch`` reloads on
+change (watchfiles).
 """
 
 from __future__ import annotations
