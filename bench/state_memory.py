@@ -1,12 +1,21 @@
 #!/usr/bin/env python3
-"""Resident memory of `serve` reading a large cluster through --kubeconfig: a table by cluster size.
+"""Resident memory of `serve` holding a large cluster state: a table by cluster size.
 
-For each size, a local API server (tests/apiserver.py's replay server, loopback only) serves paginated lists of
-objects shaped as a real cluster's are, with the fields that weigh (managedFields, kubectl's last-applied
-annotation, a namespace's spec and status, a quota's used counts), and an empty watch for each kind. `serve`
-lists it all, turns ready, and its resident memory (VmRSS) is read after a few seconds of quiet.
+For each size, objects shaped as a real cluster's are (with the fields that weigh: managedFields, kubectl's
+last-applied annotation, a namespace's spec and status, a quota's used counts) reach `serve` one of two ways:
+
+- ``--source live`` (the default): a local API server (tests/apiserver.py's replay server, loopback only) serves
+  them as paginated lists, with an empty watch for each kind; `serve --kubeconfig` lists them.
+- ``--source files``: the same objects written to a folder as ``kubectl get KIND -o yaml`` prints them (one
+  ``List`` per kind; ``--format json``: ``-o json``); `serve --cluster-state DIR` loads it.
+
+`serve` turns ready, and its resident memory (VmRSS) is read after a few seconds of quiet. With ``--burst N``,
+N large reviews (bench/hostile_load.py's ``at-the-caps``: 1 000 containers, 3 MB) are then sent at once, 3 rounds
+3 s apart, and the peak is read as the pod's memory cgroup counts it (the server with the child it forks for large
+reviews; bench/hostile_load.py's ``Memory``: a cgroup of its own when run as root, else RSS added up).
 
     python bench/state_memory.py [--sizes 1000,10000,50000] [--profiles 1000] [--classes 206]
+                                 [--source live|files] [--format yaml|json] [--burst 8]
 
 Quotas are half the namespaces. Bounded: one `serve` per size, stopped when measured.
 """
@@ -14,6 +23,7 @@ Quotas are half the namespaces. Bounded: one `serve` per size, stopped when meas
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -27,6 +37,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -114,33 +126,103 @@ def kubeconfig(folder: Path, url: str) -> Path:
     return path
 
 
+def objects(n_ns: int, n_profiles: int = 1000, n_classes: int = 206) -> dict[str, list[dict[str, Any]]]:
+    """A cluster of that size (quotas in half the namespaces), by its lists' API path."""
+    return {"/apis/scheduling.k8s.io/v1/priorityclasses": classes(n_classes),
+            "/api/v1/namespaces": namespaces(n_ns), "/api/v1/resourcequotas": quotas(n_ns // 2, n_ns),
+            "/api/v1/limitranges": [],
+            "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles": profiles(n_profiles),
+            "/api/v1/namespaces/koordinator-system/configmaps": []}
+
+
 @contextlib.contextmanager
 def cluster(folder: Path, n_ns: int, n_profiles: int = 1000, n_classes: int = 206) -> Iterator[Path]:
     """A local API server holding a cluster of that size (quotas in half the namespaces); its kubeconfig."""
     with ReplayAPIServer() as api:
-        data = {"/apis/scheduling.k8s.io/v1/priorityclasses": classes(n_classes),
-                "/api/v1/namespaces": namespaces(n_ns), "/api/v1/resourcequotas": quotas(n_ns // 2, n_ns),
-                "/api/v1/limitranges": [],
-                "/apis/config.koordinator.sh/v1alpha1/clustercolocationprofiles": profiles(n_profiles),
-                "/api/v1/namespaces/koordinator-system/configmaps": []}
-        for path, items in data.items():
+        for path, items in objects(n_ns, n_profiles, n_classes).items():
             api.add_handler("GET", path, paginated(path, items), watch=False)
             api.add_watch(path, [])
         yield kubeconfig(folder, api.url)
 
 
-def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
-    """(seconds until ready, resident MiB once quiet)."""
-    with tempfile.TemporaryDirectory() as tmp, cluster(Path(tmp), n_ns, n_profiles, n_classes) as config:
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]  # PyYAML's C classes
+    """No anchors: the objects share their managedFields lists here, a real cluster's files repeat them."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def state_folder(folder: Path, n_ns: int, n_profiles: int = 1000, n_classes: int = 206, fmt: str = "yaml") -> Path:
+    """The same cluster as files, one per kind as ``kubectl get KIND -o yaml`` (or ``-o json``) prints it: a
+    ``List`` whose items carry their kind and apiVersion; the folder to give ``--cluster-state``."""
+    out = folder / "state"
+    out.mkdir()
+    for path, items in objects(n_ns, n_profiles, n_classes).items():
+        kind, version = LISTS[path]
+        doc = {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""},
+               "items": [{"apiVersion": version, "kind": kind.removesuffix("List"), **o} for o in items]}
+        with open(out / f"{path.rsplit('/', 1)[1]}.{fmt}", "w") as f:
+            if fmt == "json":
+                json.dump(doc, f, indent=4)
+            else:
+                yaml.dump(doc, f, Dumper=_Dumper, sort_keys=False)
+    return out
+
+
+def burst_peak(port: int, ca: Path, pid: int, memory: Any, burst: int, rounds: int = 3) -> float:
+    """Peak MiB while ``burst`` large reviews arrive at once, ``rounds`` times 3 s apart (as hostile_load)."""
+    from bench.hostile_load import exchange, large_review, post  # it imports this module: not at the top
+
+    body = large_review("at-the-caps")
+    ctx = ssl.create_default_context(cafile=str(ca))
+
+    async def run() -> int:
+        memory.reset_peak()
+        peak = memory.kib(pid)
+        stop = asyncio.Event()
+
+        async def sample() -> None:
+            nonlocal peak
+            while not stop.is_set():
+                peak = max(peak, memory.kib(pid))
+                await asyncio.sleep(0.02)
+
+        sampler = asyncio.create_task(sample())
+        for n in range(rounds):
+            await asyncio.gather(*(exchange(port, ctx, post("/mutate?timeout=3s", body)) for _ in range(burst)))
+            if n < rounds - 1:
+                await asyncio.sleep(3)
+        stop.set()
+        await sampler
+        return max(peak, memory.peak_kib() or 0)
+
+    return asyncio.run(run()) / 1024
+
+
+def measure(n_ns: int, n_profiles: int, n_classes: int, source: str = "live", burst: int = 0,
+            fmt: str = "yaml") -> tuple[float, float, float | None]:
+    """(seconds until ready, resident MiB once quiet, peak MiB through the burst or None)."""
+    from bench.hostile_load import Memory
+
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        if source == "files":
+            given = ["--cluster-state", str(state_folder(tmp, n_ns, n_profiles, n_classes, fmt))]
+        else:
+            given = ["--kubeconfig", str(stack.enter_context(cluster(tmp, n_ns, n_profiles, n_classes)))]
         port = free_port()
         # As the Deployment runs it: the pair given (a Secret), not made by serve.
-        pair = generate(Path(tmp) / "certs", ["localhost", "127.0.0.1"])
+        pair = generate(tmp / "certs", ["localhost", "127.0.0.1"])
         cmd = [sys.executable, "-m", "webhook.cli.webhook", "serve", "--host", "127.0.0.1", "--port", str(port),
                "--metrics-port", "0", "--tls-cert-file", str(pair.cert), "--tls-private-key-file", str(pair.key),
-               "--drain-delay", "0", "--kubeconfig", str(config)]
+               "--drain-delay", "0", *given]
+        memory = Memory() if burst else None
+        if memory is not None:
+            stack.callback(memory.remove)
         started = time.monotonic()
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "PYTHONPATH": str(ROOT)})
+                                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                preexec_fn=memory.join if memory is not None else None)
         try:
             ready = None
             while time.monotonic() - started < 120:
@@ -156,7 +238,9 @@ def measure(n_ns: int, n_profiles: int, n_classes: int) -> tuple[float, float]:
             if ready is None:
                 raise SystemExit(f"serve did not become ready at {n_ns} namespaces")
             time.sleep(3)
-            return ready, rss_kib(proc.pid) / 1024
+            resident = rss_kib(proc.pid) / 1024
+            peak = burst_peak(port, pair.ca_cert, proc.pid, memory, burst) if memory is not None else None
+            return ready, resident, peak
         finally:
             proc.send_signal(signal.SIGINT)
             proc.wait(timeout=30)
@@ -167,11 +251,20 @@ def main() -> int:
     ap.add_argument("--sizes", default="1000,10000,50000", help="namespaces per run, comma-separated")
     ap.add_argument("--profiles", type=int, default=1000)
     ap.add_argument("--classes", type=int, default=206)
+    ap.add_argument("--source", choices=("live", "files"), default="live",
+                    help="live: serve --kubeconfig to a local API server; files: serve --cluster-state DIR")
+    ap.add_argument("--format", choices=("yaml", "json"), default="yaml", help="of the files (--source files)")
+    ap.add_argument("--burst", type=int, default=0, metavar="N",
+                    help="then N 3 MB reviews at once, 3 rounds: the peak (0: none)")
     args = ap.parse_args()
-    print(f"{'namespaces':>10} {'quotas':>7} {'profiles':>8} {'classes':>7} {'ready in':>9} {'resident':>10}")
+    print(f"source: {args.source}" + (f" ({args.format})" if args.source == "files" else "")
+          + (f"; burst: {args.burst} x 3 MB reviews at once, 3 rounds" if args.burst else ""))
+    print(f"{'namespaces':>10} {'quotas':>7} {'profiles':>8} {'classes':>7} {'ready in':>9} {'resident':>10}"
+          + (f" {'peak':>10}" if args.burst else ""))
     for n in (int(s) for s in args.sizes.split(",")):
-        ready, rss = measure(n, args.profiles, args.classes)
-        print(f"{n:>10} {n // 2:>7} {args.profiles:>8} {args.classes:>7} {ready:>8.1f}s {rss:>7.1f} MiB")
+        ready, rss, peak = measure(n, args.profiles, args.classes, args.source, args.burst, args.format)
+        print(f"{n:>10} {n // 2:>7} {args.profiles:>8} {args.classes:>7} {ready:>8.1f}s {rss:>7.1f} MiB"
+              + (f" {peak:>6.1f} MiB" if peak is not None else ""))
     return 0
 
 

@@ -22,6 +22,8 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
     ("chain.py", ["--rounds", "3", "--batches", "1"], "µs"),
     ("memo.py", ["--rounds", "3", "--repeats", "1"], "µs"),
     ("state_memory.py", ["--sizes", "20", "--profiles", "5", "--classes", "5"], "MiB"),  # serve, as deployed
+    ("state_memory.py", ["--sizes", "20", "--profiles", "5", "--classes", "5", "--source", "files", "--burst", "1"],
+     "MiB  "),  # serve --cluster-state, and the peak through a burst
 ])
 def test_an_in_process_benchmark_runs(script: str, args: list[str], printed: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, env=ENV,

@@ -22,7 +22,6 @@ bodies (``malloc_trim``): otherwise the process keeps its peak size.
 from __future__ import annotations
 
 import asyncio
-import ctypes
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
@@ -35,6 +34,7 @@ from webhook.admission.memory import MemoryCgroup
 from webhook.admission.offload import ForkedWorker
 from webhook.admission.review import MAX_BODY_BYTES, REVIEW_PATHS, Endpoint
 from webhook.admission.service import Answer, Evaluation, ReviewService, error_body
+from webhook.cluster.files import malloc_trim
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -130,15 +130,6 @@ def certificate_error(tls: Mapping[Any, Any] | None) -> str | None:
     return tls.get("client_cert_error") if tls else None
 
 
-def _malloc_trim() -> Callable[[int], object] | None:
-    """glibc's ``malloc_trim(0)``: hand the free heap pages of every arena back to the system. None elsewhere."""
-    try:
-        trim: Callable[[int], object] = ctypes.CDLL("libc.so.6").malloc_trim
-        return trim
-    except (OSError, AttributeError):
-        return None
-
-
 class ReviewDispatcher:
     """POST /mutate and /validate to the review service, straight from ASGI; anything else to ``app``."""
 
@@ -151,7 +142,7 @@ class ReviewDispatcher:
         self._large_sizes: list[int] = []   # the body sizes of the large reviews in flight, for the memory budget
         self._worker: ThreadPoolExecutor | None = None
         self._forked: ForkedWorker | None = None
-        self._trim = _malloc_trim()
+        self._trim = malloc_trim()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = REVIEW_PATHS.get(scope["path"]) if scope["type"] == "http" else None

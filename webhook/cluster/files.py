@@ -1,23 +1,31 @@
 """The ``files`` source: a folder of YAML/JSON manifests, the same files one would ``kubectl apply``.
 
-Loading is all-or-nothing: a file that does not parse, or an object with a field its kind does not have
-(kubectl's strict field validation, ``webhook/cluster/strict.py``), is reported with its path and line and
-the previous state stays in place. ``FilesSource.watch`` reloads on change (watchfiles).
+Loading is all-or-nothing: a file that does not parse, an object with a field its kind does not have (kubectl's
+strict field validation, ``webhook/cluster/strict.py``) or a kind that can only be a mistake (``kind_verdict``) is
+reported with its path and line and the previous state stays in place. What is no object of the state (another
+kind, another tool's file: kustomize's, an AdmissionConfiguration) is skipped and named in one note per load.
+Only what is read of each object is kept (``kept``, as the live source keeps it). ``FilesSource.watch`` reloads on
+change (watchfiles).
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
+import functools
+import gc
 import logging
+import pickle
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import yaml
 
-from webhook.cluster.state import KINDS, ClusterState, Key, object_key
-from webhook.cluster.strict import describe_unknown, unknown_fields
+from webhook.cluster.state import KINDS, WEBHOOK_KINDS, ClusterState, Key, kept, object_key
+from webhook.cluster.strict import describe_unknown, kind_verdict, prepare, unknown_fields
 
 log = logging.getLogger(__name__)
 
@@ -136,11 +144,6 @@ def _flatten(origin: Origin, doc: Any) -> Iterable[tuple[dict[str, Any], Origin]
         for i, item in enumerate(doc["items"]):
             yield from _flatten((path, line, node, (*prefix, "items", i)), item)
         return
-    if not isinstance(kind, str) or not kind:
-        raise StateFileError(f"{origin[0]}:{_line_of(origin)}: manifest has no kind")
-    meta = doc.get("metadata")
-    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-        raise StateFileError(f"{origin[0]}:{_line_of(origin)}: {kind} has no metadata.name")
     yield doc, origin
 
 
@@ -150,22 +153,115 @@ def _describe(obj: dict[str, Any]) -> str:
     return f"{kind} {meta['namespace']}/{meta['name']}" if KINDS[kind].namespaced else f"{kind} {meta['name']}"
 
 
-def _load(folder: Path, locate: str | None = None) -> tuple[dict[str, list[dict[str, Any]]], dict[Key, str]]:
-    """Every known object under ``folder`` by kind, and ``path:line`` of the ConfigMaps named ``locate``.
+def _no_object(doc: dict[str, Any]) -> bool:
+    """A mapping with none of an object's fields (a Grafana dashboard, a kustomization without a header)."""
+    return not any(k in doc for k in ("apiVersion", "kind", "metadata"))
 
-    YAML nodes are only looked at while their document is loaded: kept for every object, they would cost
-    many times the objects' own memory.
+
+def _read(obj: dict[str, Any], origin: Origin, read: tuple[str, ...]) -> bool:
+    """Whether ``obj`` is one the state reads (else it is skipped); StateFileError when it must be refused."""
+    kind = obj.get("kind")
+    if not isinstance(kind, str) or not kind:
+        if _no_object(obj):
+            return False
+        raise _refused(origin, "manifest has no kind")
+    try:
+        if not kind_verdict(obj, read):
+            return False
+    except ValueError as exc:
+        raise _refused(origin, str(exc)) from None
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+        raise _refused(origin, f"{kind} has no metadata.name")
+    return True
+
+
+def _refused(origin: Origin, why: str) -> StateFileError:
+    # the line only now: finding it can take parsing the file again (JSON)
+    return StateFileError(f"{origin[0]}:{_line_of(origin)}: {why}")
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while files load: parsing makes millions of containers and no cycles, and
+    each full collection would trace everything parsed so far (a folder of 10 000 namespaces as one List: 4x the
+    time). Counted, so loads in two threads do not turn it back on under each other."""
+    global _PAUSES
+    with _PAUSE_LOCK:
+        if _PAUSES == 0:
+            _PAUSED_WAS_ENABLED[0] = gc.isenabled()
+            gc.disable()
+        _PAUSES += 1
+    try:
+        yield
+    finally:
+        with _PAUSE_LOCK:
+            _PAUSES -= 1
+            if _PAUSES == 0 and _PAUSED_WAS_ENABLED[0]:
+                gc.enable()
+
+
+_PAUSE_LOCK = threading.Lock()
+_PAUSES = 0
+_PAUSED_WAS_ENABLED = [True]
+
+
+class _Loaded(NamedTuple):
+    by_kind: dict[str, list[dict[str, Any]]]
+    located: dict[Key, str]             # ``path:line`` of the ConfigMaps named ``locate``
+    skipped: list[tuple[str, str]]      # (file, what) of each document skipped
+
+
+def _load(folder: Path, locate: str | None = None, read: Iterable[str] = tuple(KINDS)) -> _Loaded:
+    """Every object of the ``read`` kinds under ``folder`` by kind (only what is read of each: ``kept``), where
+    the ConfigMaps named ``locate`` are, and what was skipped (other kinds, other tools' files).
+
+    What is kept leaves the parse as one pickle and is unpickled once everything the parse made is gone. Kept as
+    parsed, the objects would sit scattered among the parser's freed nodes, dicts and strings, and the allocator
+    only gives an area of memory back to the system once nothing in it is used: a folder of 10 000 namespaces
+    stayed resident at many times the objects' size (bench/state_memory.py --source files). Unpickled after, they
+    fill memory of their own, side by side, and what they share (the strings ``kept`` interns) stays shared.
     """
     if not folder.is_dir():
         raise StateFileError(f"{folder}: cluster state folder does not exist or is not a folder")
-    by_kind: dict[str, list[dict[str, Any]]] = {k: [] for k in KINDS}
-    located: dict[Key, str] = {}
+    read = tuple(read)
+    # The types of the webhook's kinds (a cluster has thousands of those objects) looked up before the parse; a
+    # node's pods and the node are few, and their types many (150 modules of the client, 7 MiB).
+    prepare(k for k in read if k in WEBHOOK_KINDS)
+    with _collector_paused():
+        frozen = pickle.dumps(_parse(folder, locate, read), protocol=pickle.HIGHEST_PROTOCOL)
+        loaded: _Loaded = pickle.loads(frozen)
+    del frozen
+    # The file texts, the parser's larger blocks and the pickle were C heap: give its free pages back too.
+    if (trim := malloc_trim()) is not None:
+        trim(0)
+    return loaded
+
+
+@functools.cache
+def malloc_trim() -> Callable[[int], object] | None:
+    """glibc's ``malloc_trim(0)``: hand the free heap pages of every arena back to the system. None elsewhere."""
+    try:
+        trim: Callable[[int], object] = ctypes.CDLL("libc.so.6").malloc_trim
+        return trim
+    except (OSError, AttributeError):
+        return None
+
+
+def _parse(folder: Path, locate: str | None, read: tuple[str, ...]) -> _Loaded:
+    """Parse every file. YAML nodes are only looked at while their document is loaded: kept for every object,
+    they would cost many times the objects' own memory."""
+    loaded = _Loaded({k: [] for k in read}, {}, [])
     for path in sorted(p for p in folder.rglob("*") if p.suffix in SUFFIXES and p.is_file()):
         for line, doc, node in _documents(path):
             for obj, origin in _flatten((path, line, node, ()), doc):
+                # Every kind a state holds is checked, whichever program reads the folder: one verdict for both.
+                if not _read(obj, origin, tuple(KINDS)):
+                    kind = obj.get("kind")
+                    loaded.skipped.append((str(path.relative_to(folder)),
+                                           str(kind) if kind else "no kind: not a Kubernetes object"))
+                    continue
                 kind = obj["kind"]
-                if kind not in KINDS:
-                    continue  # other manifests (Deployments, ...) may share the folder
                 meta = obj["metadata"]
                 if KINDS[kind].namespaced and not meta.get("namespace"):
                     meta["namespace"] = "default"
@@ -174,15 +270,37 @@ def _load(folder: Path, locate: str | None = None) -> tuple[dict[str, list[dict[
                 if unknown:
                     raise StateFileError(f"{path}:{_line_of(origin, unknown[0])}: {_describe(obj)}: "
                                          f"{describe_unknown(unknown)}")
-                by_kind[kind].append(obj)
+                if kind not in read:  # the other program's (the agent's Pods, the webhook's profiles)
+                    loaded.skipped.append((str(path.relative_to(folder)), kind))
+                    continue
                 if kind == "ConfigMap" and meta["name"] == locate:
-                    located[object_key(obj)] = f"{path}:{_line_of(origin)}"
-    return by_kind, located
+                    loaded.located[object_key(obj)] = f"{path}:{_line_of(origin)}"
+                # only what is read of it, as the live source keeps it (the same function)
+                loaded.by_kind[kind].append(kept(kind, obj))
+    return loaded
+
+
+def skipped_note(folder: Path, skipped: list[tuple[str, str]]) -> str | None:
+    """One line naming every file and kind a load skipped, or None: ``cluster state from DIR: skipped what it
+    does not read: kustomization.yaml (Component); base/webhook.yaml (Deployment, Service)``."""
+    if not skipped:
+        return None
+    by_file: dict[str, list[str]] = {}
+    for file, what in skipped:
+        by_file.setdefault(file, []).append(what)
+    parts = []
+    for file, whats in by_file.items():
+        counted = {w: whats.count(w) for w in whats}
+        parts.append(f"{file} ({', '.join(w if n == 1 else f'{w} x{n}' for w, n in counted.items())})")
+    n = len(skipped)
+    return (f"cluster state from {folder}: skipped {n} document{'s' if n != 1 else ''} it does not read: "
+            + "; ".join(parts))
 
 
 def load_folder(folder: Path) -> dict[str, list[dict[str, Any]]]:
-    """Every known object under ``folder`` by kind; raises StateFileError naming path and line."""
-    return _load(folder)[0]
+    """Every object of a kind the state holds under ``folder`` (only what is read of it), by kind; raises
+    StateFileError naming path and line."""
+    return _load(folder).by_kind
 
 
 class FilesSource:
@@ -199,16 +317,23 @@ class FilesSource:
         self.last_error: str | None = None
         self.reloads = 0
         self._misplaced: list[str] = []
+        self._skipped: str | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
     def load(self) -> None:
         """Load once; raises StateFileError (used at start-up, where it is fatal)."""
-        by_kind, located = _load(self.folder, self.config_map[1] if self.config_map else None)
-        self.state.replace_all(by_kind)
+        loaded = _load(self.folder, self.config_map[1] if self.config_map else None,
+                       [k for k in self.state.kinds if k in KINDS])
+        self.state.replace_all(loaded.by_kind)
         self.last_error = None
         self.reloads += 1
-        self._check_config_map(located)
+        self._check_config_map(loaded.located)
+        note = skipped_note(self.folder, loaded.skipped)
+        if note != self._skipped:  # once, and again only when what is skipped changes
+            if note is not None:
+                log.warning("%s", note)
+            self._skipped = note
 
     def reload(self) -> bool:
         """Reload after a change; on error keep the last good state and report it (each new error once)."""

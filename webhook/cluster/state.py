@@ -100,12 +100,17 @@ _KEPT: dict[str, tuple[str, ...]] = {
 }
 
 
+def _interned(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str else value
+
+
 def _shared(values: Any) -> Any:
-    """A map of strings with its values interned: label values (a team, "true") and quota amounts ("64", "256Gi")
-    repeat across thousands of objects, and one string each is 50 bytes held per object."""
+    """A map of strings with its keys and values interned: label values (a team, "true") and quota amounts ("64",
+    "256Gi") repeat across thousands of objects, and one string each is 50 bytes held per object; so do the keys,
+    which a YAML parser (unlike orjson, with its cache of keys) makes anew for every object."""
     if not isinstance(values, dict):
         return values
-    return {k: sys.intern(v) if type(v) is str else v for k, v in values.items()}
+    return {_interned(k): _interned(v) for k, v in values.items()}
 
 
 def kept(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -126,7 +131,7 @@ def kept(kind: str, obj: dict[str, Any]) -> dict[str, Any]:
             small["labels"] = _shared(small["labels"])
         out["metadata"] = small
     fields = _KEPT.get(kind)
-    out.update((k, v) for k, v in obj.items() if k not in out and (fields is None or k in fields))
+    out.update((_interned(k), v) for k, v in obj.items() if k not in out and (fields is None or k in fields))
     if kind == "ResourceQuota":
         spec, status = out.get("spec"), out.get("status")
         hard = spec.get("hard") if isinstance(spec, dict) else None

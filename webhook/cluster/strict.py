@@ -12,8 +12,9 @@ ClusterColocationProfile is a CRD the client does not know: its fields are a pyd
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import cache
 from typing import Annotated, Any
 
@@ -45,6 +46,29 @@ def _schema(type_text: str) -> _Schema:
     if isinstance(types, dict) and isinstance(names, dict):
         return ("model", {names[attr]: t for attr, t in types.items()})
     return None
+
+
+def prepare(kinds: Iterable[str]) -> None:
+    """Look up, ahead of a load, every client type objects of these kinds may hold. The client imports a model's
+    module on first use: in the middle of a load, those classes and their code would land among the parser's
+    garbage and, living on, keep the memory around them resident (bench/state_memory.py --source files)."""
+    todo = ["V1LabelSelector", *(_type_of(k) for k in kinds if k in KINDS and k not in CUSTOM_KINDS)]
+    if any(k in CUSTOM_KINDS for k in kinds):
+        todo.append("V1ObjectMeta")
+    seen: set[str] = set()
+    while todo:
+        type_text = todo.pop()
+        if type_text in seen:
+            continue
+        seen.add(type_text)
+        schema = _schema(type_text)
+        if schema is not None:
+            todo.extend([schema[1]] if schema[0] in ("list", "dict") else schema[1].values())
+
+
+def _type_of(kind: str) -> str:
+    """The client's model of a built-in kind: ``V1Namespace``."""
+    return KINDS[kind].version.capitalize() + kind
 
 
 def _walk(value: Any, type_text: str, path: Path) -> Iterator[Path]:
@@ -172,9 +196,67 @@ def unknown_fields(obj: Mapping[str, Any]) -> list[Path]:
         return []
     custom = CUSTOM_KINDS.get(kind)
     if custom is None:
-        return list(_walk(obj, KINDS[kind].version.capitalize() + kind, ()))
+        return list(_walk(obj, _type_of(kind), ()))
     # pydantic reports in field-declaration order; sort so the first one is the first in the file
     return sorted(_custom_unknown(custom, obj), key=lambda p: _document_order(obj, p))
+
+
+# -- kinds: read, skipped, or refused -------------------------------------------------------------------------
+# The kinds served under apiVersion v1 (the core group), as the apiserver's discovery lists them, and ``List``,
+# kubectl's wrapper. Only used to tell a kind of the core group the state does not read (a Service: skipped)
+# from a misspelt one (``Namespce``: refused); tests/test_files_source.py checks each against the client's models.
+CORE_KINDS = ("Binding", "ComponentStatus", "ConfigMap", "Endpoints", "Event", "LimitRange", "List", "Namespace",
+              "Node", "PersistentVolume", "PersistentVolumeClaim", "Pod", "PodTemplate", "ReplicationController",
+              "ResourceQuota", "Secret", "Service", "ServiceAccount")
+# Files that are no API object though they look like one under apiVersion v1: a kubeconfig. (Other tools'
+# configuration files carry a group of their own: kustomize.config.k8s.io, apiserver.config.k8s.io, ...)
+_CORE_FILES = ("Config",)
+
+
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0] if "/" in api_version else ""
+
+
+def kind_verdict(obj: Mapping[str, Any], read: Iterable[str]) -> bool:
+    """Whether a source reads ``obj`` (of a kind in ``read``, at that kind's apiVersion or none), or skips it (a kind
+    it does not read, another tool's file); ValueError, with kubectl's ``no matches for kind`` text, for what can
+    only be a mistake about a kind it reads: a read kind at another apiVersion (``koordinator.sh/v1alpha1``), a
+    kind its group does not have (``ClusterColocationProfil`` in ``config.koordinator.sh/v1alpha1``), or, with no
+    apiVersion to tell, a near miss of a read kind's name."""
+    kind = obj.get("kind")
+    api_version = obj.get("apiVersion")
+    if not isinstance(kind, str):
+        raise ValueError("manifest has no kind")
+    read = tuple(read)
+    if kind in read:
+        expected = KINDS[kind].api_version
+        if api_version is None or api_version == expected:
+            return True
+        raise ValueError(f'no matches for kind "{kind}" in version "{api_version}"; the cluster state reads '
+                         f"{kind} as {expected}")
+    if api_version is None:
+        near = _near(kind, read)
+        if near is not None:
+            raise ValueError(f'no matches for kind "{kind}"; did you mean {near}?')
+        return False
+    group = _group(str(api_version))
+    if kind in KINDS or group not in {k.group for k in KINDS.values()}:
+        return False  # a kind the state holds but this reader does not use, or another group's
+    known = ((*CORE_KINDS, *_CORE_FILES) if group == "" else
+             tuple(k.kind for k in KINDS.values() if k.group == group))
+    if kind in known or kind.removesuffix("List") in known:
+        return False
+    near = _near(kind, known)
+    raise ValueError(f'no matches for kind "{kind}" in version "{api_version}"'
+                     + (f"; did you mean {near}?" if near else ""))
+
+
+def _near(kind: str, kinds: Iterable[str]) -> str | None:
+    """The kind ``kind`` is most likely a misspelling of (case aside, or a letter or two off), or None."""
+    kinds = tuple(kinds)
+    same = [k for k in kinds if k.lower() == kind.lower()]
+    close = same or difflib.get_close_matches(kind, kinds, n=1, cutoff=0.8)
+    return close[0] if close else None
 
 
 def describe_unknown(paths: list[Path]) -> str:
