@@ -175,6 +175,8 @@ def _pod(containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = N
 
 BE = {QOS: "BE"}
 B = {BATCH_CPU: "500", BATCH_MEMORY: "1Gi"}
+POD_LEVEL_ADVICE = ("remove cpu and memory from spec.resources and write them in the containers as "
+                    "kubernetes.io/batch-cpu and batch-memory (the apiserver takes no batch resource at pod level)")
 MIX = ("a pod uses either batch resources (kubernetes.io/batch-cpu, kubernetes.io/batch-memory) or native cpu and "
        "memory, not both")
 PROTO = ("a pod names its batch resources in one protocol: kubernetes.io/batch-cpu and batch-memory (Koordinator) "
@@ -198,8 +200,16 @@ CASES: list[tuple[str, dict[str, Any], str | None]] = [
     ("mix with a sidecar", _request(_pod([_container("app", B)], init=[_container(
         "proxy", {"cpu": "100m"}, restartPolicy="Always")], labels=BE, priority=5000)),
      f'container "app" asks for kubernetes.io/batch-cpu and init container "proxy" asks for cpu: {MIX}'),
-    ("overhead counts", _request(_pod([_container("app", B)], labels=BE, priority=5000, overhead={"cpu": "250m"})),
-     f'container "app" asks for kubernetes.io/batch-cpu and pod overhead asks for cpu: {MIX}'),
+    ("the RuntimeClass's overhead is no mix", _request(_pod([_container("app", B)], labels=BE, priority=5000,
+                                                             overhead={"cpu": "250m"})), None),
+    ("mix with the pod level", _request(_pod([_container("app", B)], labels=BE, priority=5000,
+                                             resources={"limits": {"cpu": "1"}})),
+     f'container "app" asks for kubernetes.io/batch-cpu and the pod (spec.resources) asks for cpu: {MIX}; '
+     f"{POD_LEVEL_ADVICE}"),
+    ("LSR cpu at the pod level", _request(_pod([_container("app")], labels={QOS: "LSR"}, priority=9500,
+                                               resources={"requests": {"cpu": "2"}})), None),
+    ("LSR cpu in the overhead only", _request(_pod([_container("app")], labels={QOS: "LSR"}, priority=9500,
+                                                   overhead={"cpu": "1"})), None),
     ("zero native is no ask", _request(_pod([_container("app", {**B, "cpu": "0"})], labels=BE, priority=5000)), None),
     ("protocol mix", _request(_pod([_container("app", {BATCH_CPU: "500", RECLAIMED_MEMORY: "1Gi"})], labels=BE,
                                    priority=5000)),
@@ -374,7 +384,7 @@ def updates(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     return old, new
 
 
-PROPERTY = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY

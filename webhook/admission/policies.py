@@ -28,6 +28,8 @@ from webhook.admission.domain.batch_validation import (
     MEMORY_WHOLE,
     MIXING_ADVICE,
     NEGATIVE,
+    OVERHEAD,
+    POD_LEVEL_ADVICE,
     PROTOCOL_ADVICE,
 )
 from webhook.admission.domain.koord_rules import _CPU_PATH, FORBIDDEN_COMBINATIONS, IMMUTABLE
@@ -43,7 +45,7 @@ from webhook.core.priority import (
     SUB_PRIORITY_LABEL,
 )
 from webhook.core.qos import KOORD_QOS_CLASSES, LEGACY_QOS_ANNOTATION, QOS_LABEL
-from webhook.core.resources import BATCH_CPU, BATCH_NAMES, LEGACY_BATCH, NATIVE_RESOURCES
+from webhook.core.resources import BATCH_CPU, BATCH_NAMES, CPU, LEGACY_BATCH, NATIVE_RESOURCES, POD_LEVEL_OWNER
 
 __all__ = ["BINDING_NAME", "EXCLUDED_NAMESPACES", "POLICY_NAME", "SEPARATOR", "binding", "policy", "render"]
 
@@ -58,8 +60,8 @@ SEPARATOR = "\n"
 WHOLE_CHECK_LIMIT = "1P"
 # A container's fields, in the order ``resources.resource_lists`` reads them, and how its owner text starts.
 CONTAINER_FIELDS = (("initContainers", "init container"), ("containers", "container"))
-# The (owner text, field path) resource_lists uses for spec.overhead.
-OVERHEAD_OWNER, OVERHEAD_PATH = "pod overhead", "spec.overhead"
+# The owner text and field path resource_lists gives spec.overhead, and its field for spec.resources.
+OVERHEAD_OWNER, OVERHEAD_PATH, POD_LEVEL = "pod overhead", "spec.overhead", "resources"
 
 
 def lit(text: str) -> str:
@@ -122,8 +124,8 @@ def constants() -> list[dict[str, str]]:
 
 
 def _resource_maps(root: str) -> str:
-    """``resources.resource_lists`` of ``root``, one entry per owner (init containers, containers, overhead): its
-    owner text, the field path of its requests and limits (a prefix), and the two maps."""
+    """``resources.resource_lists`` of ``root``, one entry per owner (init containers, containers, the pod level,
+    the overhead): its owner text, field, the field path of its requests and limits (a prefix), and the two maps."""
     parts = []
     for field, kind in CONTAINER_FIELDS:
         items = f"{root}.spec.{field}"
@@ -131,11 +133,14 @@ def _resource_maps(root: str) -> str:
         index = f"string({items}.map(x, has(x.name) ? x.name : '').indexOf({name}))"
         owner = lit(f'{kind} "') + f" + {name} + " + lit('"')
         path = lit(f"spec.{field}[") + f" + {index} + " + lit("].resources.")
-        parts.append(f"(has({items}) ? {items}.map(c, {{'owner': {owner}, 'path': {path}, "
+        parts.append(f"(has({items}) ? {items}.map(c, {{'owner': {owner}, 'field': {lit(field)}, 'path': {path}, "
                      f"'requests': {_map_of('c', 'requests')}, 'limits': {_map_of('c', 'limits')}}}) : [])")
+    level = f"{root}.spec"
+    parts.append(f"(has({level}.resources) ? [{{'owner': {lit(POD_LEVEL_OWNER)}, 'field': {lit(POD_LEVEL)}, "
+                 f"'path': {lit('spec.resources.')}, 'requests': {_map_of(level, 'requests')}, "
+                 f"'limits': {_map_of(level, 'limits')}}}] : [])")
     overhead = f"{root}.spec.overhead"
-    # resource_list_path names the overhead spec.overhead, without a kind: the path holds no kind to add.
-    parts.append(f"(has({overhead}) && size({overhead}) > 0 ? [{{'owner': {lit(OVERHEAD_OWNER)}, "
+    parts.append(f"(has({overhead}) ? [{{'owner': {lit(OVERHEAD_OWNER)}, 'field': {lit(OVERHEAD)}, "
                  f"'path': {lit(OVERHEAD_PATH)}, 'requests': {overhead}, 'limits': {{}}}}] : [])")
     return " + ".join(parts)
 
@@ -155,7 +160,7 @@ def _problems(kind: str) -> str:
     """``batch_validation.unit_problems``' per-value texts for one map of owner ``m``, in BATCH_NAMES order."""
     values = f"m.{kind}"
     bad = f"quantity({values}[n]).sign() < 0 || !{_whole(values + '[n]')}"
-    path = f"(m.path == {lit(OVERHEAD_PATH)} ? m.path : m.path + {lit(kind)})"  # spec.overhead has no kind
+    path = f"m.path + {lit(kind)}"
     text = (f"{path} + '[' + n + ']: Invalid value: ' + {_quoted(values + '[n]')} + ': ' + "
             f"(quantity({values}[n]).sign() < 0 ? {lit(NEGATIVE)} : variables.wholeText[n])")
     return f"variables.batchNames.filter(n, n in {values} && ({bad})).map(n, {text})"
@@ -173,11 +178,14 @@ def _over_limits() -> str:
 def _owners(p: str) -> str:
     """What the rules read of each owner of variable ``p`` + 'Maps'."""
     sep = lit(SEPARATOR)
-    return (f"variables.{p}Maps.map(m, {{'owner': m.owner, "
-            f"'batch': {_asked('m.requests', 'batchSorted')} + {_asked('m.limits', 'batchSorted')}, "
-            f"'native': {_asked('m.requests', 'nativeSorted')} + {_asked('m.limits', 'nativeSorted')}, "
-            f"'problems': ({_problems('requests')} + {_problems('limits')}).join({sep}), "
-            f"'overLimits': {_over_limits()}.join({sep}), "
+    # spec.overhead is the RuntimeClass's (never a mix, never unit-checked): only the Koordinator checks read it.
+    judged = f"m.field != {lit(OVERHEAD)}"
+    return (f"variables.{p}Maps.map(m, {{'owner': m.owner, 'field': m.field, "
+            f"'batch': {judged} ? {_asked('m.requests', 'batchSorted')} + {_asked('m.limits', 'batchSorted')} : [], "
+            f"'native': {judged} ? {_asked('m.requests', 'nativeSorted')} + {_asked('m.limits', 'nativeSorted')} "
+            ": [], "
+            f"'problems': {judged} ? ({_problems('requests')} + {_problems('limits')}).join({sep}) : '', "
+            f"'overLimits': {judged} ? {_over_limits()}.join({sep}) : '', "
             f"'batchRequested': {_effective_positive('variables.batchNames')}, "
             f"'cpuRequested': {_effective_positive(lits(['cpu']))}}})")
 
@@ -198,6 +206,9 @@ def _mixing(p: str) -> str:
     both_kinds = f"{owners}.filter(o, size(o.batch) > 0 && size(o.native) > 0)"
     batch_owner = f"{owners}.filter(o, size(o.batch) > 0)[0]"
     native_owner = f"{owners}.filter(o, size(o.native) > 0)[0]"
+    # The pod level takes no batch resource: a mix with it says where its values go instead.
+    level_native = f"o.field == {lit(POD_LEVEL)} && size(o.native) > 0"
+    level_owner = f"{owners}.filter(o, {level_native})[0]"
     return (
         f"{owners}.exists(o, {has_legacy}) && size({both_protocols}) > 0 "
         f"? {both_protocols}[0].owner + ' asks for both ' + {_first_name(both_protocols + '[0]', True)} + ' and ' "
@@ -209,8 +220,10 @@ def _mixing(p: str) -> str:
         f": size({both_kinds}) > 0 "
         f"? {both_kinds}[0].owner + ' asks for both ' + {both_kinds}[0].batch[0] + ' and ' "
         f"+ {both_kinds}[0].native[0] + {lit(': ' + MIXING_ADVICE)} "
-        f": {batch_owner}.owner + ' asks for ' + {batch_owner}.batch[0] + ' and ' + {native_owner}.owner "
-        f"+ ' asks for ' + {native_owner}.native[0] + {lit(': ' + MIXING_ADVICE)}")
+        f": {batch_owner}.owner + ' asks for ' + {batch_owner}.batch[0] + ' and ' + ({owners}.exists(o, {level_native}) "
+        f"? {level_owner}.owner + ' asks for ' + {level_owner}.native[0] "
+        f"+ {lit(': ' + MIXING_ADVICE + '; ' + POD_LEVEL_ADVICE)} "
+        f": {native_owner}.owner + ' asks for ' + {native_owner}.native[0] + {lit(': ' + MIXING_ADVICE)})")
 
 
 def _units(p: str) -> str:
@@ -252,12 +265,25 @@ def _sub_priority(root: str) -> str:
 def _koord(p: str) -> str:
     """``koord_rules.pod_errors`` without the whole-cpus test (left to the webhook), as a list."""
     qos, klass, owners = f"variables.{p}Qos", f"variables.{p}Class", f"variables.{p}Owners"
-    checks = [f"{owners}.exists(o, o.batchRequested) && {qos} != 'BE' ? "
+    # resources.pod_requests: the containers' requests (a limit standing in for a missing one), then the pod
+    # level's for what it sets (cpu, memory, hugepages: never a batch name; a missing pod-level request defaults to
+    # the containers' total when above 0, else to the pod-level limit), plus the overhead. The values are not
+    # negative (the apiserver's validation runs first), so a total is above 0 exactly when one of its terms is.
+    containers = f"o.field != {lit(POD_LEVEL)} && o.field != {lit(OVERHEAD)}"
+    containers_cpu = f"{owners}.exists(o, {containers} && o.cpuRequested)"
+    overhead_cpu = f"{owners}.exists(o, o.field == {lit(OVERHEAD)} && o.cpuRequested)"
+    level = f"variables.{p}Maps.exists(m, m.field == {lit(POD_LEVEL)} && "
+    cpu = lit(CPU)
+    level_sets_cpu = f"{level}({cpu} in m.requests || {cpu} in m.limits))"
+    level_cpu = (f"{level}({cpu} in m.requests ? quantity(m.requests[{cpu}]).sign() > 0 "
+                 f": ({cpu} in m.limits && ({containers_cpu} || quantity(m.limits[{cpu}]).sign() > 0))))")
+    cpu_requested = f"({level_sets_cpu} ? {level_cpu} : {containers_cpu}) || {overhead_cpu}"
+    checks = [f"{owners}.exists(o, o.field != {lit(POD_LEVEL)} && o.batchRequested) && {qos} != 'BE' ? "
               f"{lit(required(f'labels.{QOS_LABEL}', 'must specify koordinator QoS BE with koordinator colocation resources'))} : ''"]
     for bad_qos, classes in FORBIDDEN_COMBINATIONS:
         text = forbidden("Pod", f"{QOS_LABEL}={bad_qos} and priorityClass={{klass}} cannot be used in combination")
         checks.append(f"{qos} == {lit(bad_qos)} && {klass} in {lits(list(classes))} ? {_template(text, klass=klass)} : ''")
-    checks.append(f"{qos} in ['LSR', 'LSE'] && !{owners}.exists(o, o.cpuRequested) ? "
+    checks.append(f"{qos} in ['LSR', 'LSE'] && !({cpu_requested}) ? "
                   f"{lit(required(_CPU_PATH, 'LSR Pod must declare the requested CPUs'))} : ''")
     return f"[{', '.join(checks)}].filter(s, s != '')"
 
