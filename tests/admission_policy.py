@@ -28,6 +28,7 @@ from celpy import celtypes
 from webhook.core.quantity import QuantityError, parse_quantity
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_MESSAGE_BYTES = 5 * 1024  # k8s.io/apiserver/pkg/apis/cel MaxEvaluatedMessageExpressionSizeBytes
 
 
 class Quantity:
@@ -271,9 +272,11 @@ class Policy:
                 if not bool(verdict):
                     text = message_expr.evaluate(activation) if message_expr is not None else None
                     if isinstance(text, celpy.CELEvalError):
-                        raise text
-                    # An empty or failing messageExpression falls back to message (upstream).
-                    shown = str(text) if text else " ".join(str(message or "").split())
+                        text = None
+                    # An empty, failing or too long (MaxEvaluatedMessageExpressionSizeBytes) messageExpression falls
+                    # back to message (upstream).
+                    shown = str(text) if text and len(str(text).encode()) <= MAX_MESSAGE_BYTES else " ".join(
+                        str(message or "").split())
                     return Outcome(matched=True, allowed=False, message=shown, reason=reason)
         except (celpy.CELEvalError, TypeError, ValueError, KeyError) as exc:
             if self.failure_policy == "Ignore":

@@ -91,6 +91,9 @@ def test_every_expression_compiles_and_calls_only_known_functions(policy: Policy
         called = set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(", code))
         assert called <= KNOWN_FUNCTIONS, called - KNOWN_FUNCTIONS
         assert "\n" not in expr  # a YAML block would keep it; the apiserver needs none
+    for v in spec["validations"]:  # upstream: a message holds no line break
+        assert "\n" not in v["message"] and v["message"].strip() == v["message"]
+    assert set(policies.FALLBACK) == {r.NAME for r in chain.VALIDATING if not r.NAME.startswith("quota-")}
     names = [v["name"] for v in spec["variables"]]
     assert len(names) == len(set(names))
     for i, v in enumerate(spec["variables"]):  # a variable reads only those before it (upstream compiles in order)
@@ -125,6 +128,8 @@ def _state() -> ClusterState:
 
 def _expected(decision: Decision) -> tuple[bool, str]:
     """The webhook's verdict without what the policy leaves to it (docs/deploy.md)."""
+    if len(decision.message.encode()) > policies.MAX_MESSAGE_BYTES:  # the apiserver takes the static message
+        return decision.allowed, policies.FALLBACK[decision.rule]
     if decision.allowed or decision.rule != "koordinator-rules":
         return decision.allowed, decision.message
     message = decision.message
@@ -283,6 +288,13 @@ def _recorded_reviews() -> list[tuple[str, dict[str, Any]]]:
 
 
 RECORDED = _recorded_reviews()
+
+
+def test_a_message_beyond_the_apiservers_limit_is_the_rules_static_message(policy: Policy) -> None:
+    containers = [_container(f"c{i}", {BATCH_CPU: "0.5"}) for i in range(40)]
+    decision, outcome = check_agree(policy, _request(_pod(containers, labels=BE, priority=5000)))
+    assert len(decision.message.encode()) > policies.MAX_MESSAGE_BYTES
+    assert outcome.message == policies.FALLBACK["batch-units"]
 
 
 def test_there_are_recorded_reviews() -> None:

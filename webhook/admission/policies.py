@@ -336,15 +336,31 @@ def variables() -> list[dict[str, str]]:
     return out
 
 
+# A static message per validation, in case its messageExpression's text is longer than the apiserver takes
+# (MaxEvaluatedMessageExpressionSizeBytes, 5 KiB: a pod with dozens of refused values); the rule's name and what it
+# checks, so the user can ask the webhook (``colocation-webhook review``) for the whole list.
+FALLBACK = {
+    "batch-mixing": "batch-mixing: the pod asks for batch resources and native cpu/memory together, or names its "
+                    "batch resources in both protocols",
+    "batch-units": "batch-units: batch-cpu must be whole milli-cores and batch-memory whole bytes, not negative, "
+                   "requests not above limits",
+    "koordinator-rules": "koordinator-rules: the pod's Koordinator QoS class, priority class or cpus break "
+                         "Koordinator's rules, or an update changes one of them",
+}
+MAX_MESSAGE_BYTES = 5 * 1024
+
+
 def validations() -> list[dict[str, str]]:
     """One per stateless rule, in ``chain.VALIDATING``'s order: the first that fails is the message."""
     return [
         {"expression": "variables.newMix == '' || (variables.isUpdate && variables.newMix == variables.oldMix)",
-         "messageExpression": "variables.newMix", "reason": "Forbidden"},
+         "messageExpression": "variables.newMix", "message": FALLBACK["batch-mixing"], "reason": "Forbidden"},
         {"expression": "size(variables.unitsRefused) == 0",
-         "messageExpression": _aggregate("variables.unitsRefused"), "reason": "Forbidden"},
+         "messageExpression": _aggregate("variables.unitsRefused"), "message": FALLBACK["batch-units"],
+         "reason": "Forbidden"},
         {"expression": "size(variables.koordRefused) == 0",
-         "messageExpression": _aggregate("variables.koordRefused"), "reason": "Forbidden"},
+         "messageExpression": _aggregate("variables.koordRefused"), "message": FALLBACK["koordinator-rules"],
+         "reason": "Forbidden"},
     ]
 
 
