@@ -32,7 +32,14 @@ from webhook.admission.domain.batch_validation import (
     POD_LEVEL_ADVICE,
     PROTOCOL_ADVICE,
 )
-from webhook.admission.domain.koord_rules import _CPU_PATH, FORBIDDEN_COMBINATIONS, IMMUTABLE
+from webhook.admission.domain.koord_rules import (
+    CPU_PATH,
+    CPU_REQUIRED,
+    FORBIDDEN_COMBINATIONS,
+    FORBIDDEN_PAIR,
+    IMMUTABLE,
+    NEEDS_BE,
+)
 from webhook.core.fielderrors import forbidden, required
 from webhook.core.priority import (
     BANDS,
@@ -214,13 +221,14 @@ def _mixing(p: str) -> str:
         f"? {both_protocols}[0].owner + ' asks for both ' + {_first_name(both_protocols + '[0]', True)} + ' and ' "
         f"+ {_first_name(both_protocols + '[0]', False)} + {lit(': ' + PROTOCOL_ADVICE)} "
         f": {owners}.exists(o, {has_legacy}) && {owners}.exists(o, {has_koord}) "
-        f"? {legacy_owner}.owner + ' asks for ' + {_first_name(legacy_owner, True)} + ' and ' + {koord_owner}.owner "
-        f"+ ' asks for ' + {_first_name(koord_owner, False)} + {lit(': ' + PROTOCOL_ADVICE)} "
+        f"? {legacy_owner}.owner + ' asks for ' + {_first_name(legacy_owner, True)} + ' and ' "
+        f"+ {koord_owner}.owner + ' asks for ' + {_first_name(koord_owner, False)} + {lit(': ' + PROTOCOL_ADVICE)} "
         f": !{owners}.exists(o, size(o.batch) > 0) || !{owners}.exists(o, size(o.native) > 0) ? '' "
         f": size({both_kinds}) > 0 "
         f"? {both_kinds}[0].owner + ' asks for both ' + {both_kinds}[0].batch[0] + ' and ' "
         f"+ {both_kinds}[0].native[0] + {lit(': ' + MIXING_ADVICE)} "
-        f": {batch_owner}.owner + ' asks for ' + {batch_owner}.batch[0] + ' and ' + ({owners}.exists(o, {level_native}) "
+        f": {batch_owner}.owner + ' asks for ' + {batch_owner}.batch[0] + ' and ' "
+        f"+ ({owners}.exists(o, {level_native}) "
         f"? {level_owner}.owner + ' asks for ' + {level_owner}.native[0] "
         f"+ {lit(': ' + MIXING_ADVICE + '; ' + POD_LEVEL_ADVICE)} "
         f": {native_owner}.owner + ' asks for ' + {native_owner}.native[0] + {lit(': ' + MIXING_ADVICE)})")
@@ -279,12 +287,12 @@ def _koord(p: str) -> str:
                  f": ({cpu} in m.limits && ({containers_cpu} || quantity(m.limits[{cpu}]).sign() > 0))))")
     cpu_requested = f"({level_sets_cpu} ? {level_cpu} : {containers_cpu}) || {overhead_cpu}"
     checks = [f"{owners}.exists(o, o.field != {lit(POD_LEVEL)} && o.batchRequested) && {qos} != 'BE' ? "
-              f"{lit(required(f'labels.{QOS_LABEL}', 'must specify koordinator QoS BE with koordinator colocation resources'))} : ''"]
+              f"{lit(required(f'labels.{QOS_LABEL}', NEEDS_BE))} : ''"]
     for bad_qos, classes in FORBIDDEN_COMBINATIONS:
-        text = forbidden("Pod", f"{QOS_LABEL}={bad_qos} and priorityClass={{klass}} cannot be used in combination")
-        checks.append(f"{qos} == {lit(bad_qos)} && {klass} in {lits(list(classes))} ? {_template(text, klass=klass)} : ''")
-    checks.append(f"{qos} in ['LSR', 'LSE'] && !({cpu_requested}) ? "
-                  f"{lit(required(_CPU_PATH, 'LSR Pod must declare the requested CPUs'))} : ''")
+        text = forbidden("Pod", FORBIDDEN_PAIR.format(label=QOS_LABEL, qos=bad_qos, klass="{klass}"))
+        checks.append(f"{qos} == {lit(bad_qos)} && {klass} in {lits(list(classes))} "
+                      f"? {_template(text, klass=klass)} : ''")
+    checks.append(f"{qos} in ['LSR', 'LSE'] && !({cpu_requested}) ? {lit(required(CPU_PATH, CPU_REQUIRED))} : ''")
     return f"[{', '.join(checks)}].filter(s, s != '')"
 
 
