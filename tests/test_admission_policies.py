@@ -25,14 +25,15 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.admission_policy import Outcome, Policy, policy_and_binding
 from webhook.admission import chain, policies
 from webhook.admission.response import Decision
 from webhook.admission.review import request_from_dict
+from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 from webhook.core.fielderrors import aggregate
 
 pytest.importorskip("celpy", reason="cel-python is a test extra: pip install -e '.[test]'")
+from tests.admission_policy import Outcome, Policy, policy_and_binding  # after the skip: it needs celpy
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPONENT = ROOT / "manifests" / "components" / "admission-policies"
@@ -54,8 +55,21 @@ def policy() -> Policy:
 
 # -- one source ----------------------------------------------------------------------------------------------------
 def test_the_committed_manifest_is_what_the_generator_renders() -> None:
-    assert MANIFEST.read_text() == policies.render(), "run: python -m webhook.admission.policies > " + str(
+    assert MANIFEST.read_text() == policies.render(), "run: colocation-webhook policies > " + str(
         MANIFEST.relative_to(ROOT))
+
+
+@pytest.mark.parametrize("output", ["yaml", "json"])
+def test_the_policies_command_prints_the_component(output: str, capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["policies"] + (["-o", output] if output == "json" else [])
+    assert webhook_cli.main(argv) == 0
+    out = capsys.readouterr().out
+    if output == "yaml":
+        assert out == MANIFEST.read_text()
+    else:
+        listed = json.loads(out)
+        assert (listed["apiVersion"], listed["kind"]) == ("v1", "List")
+        assert listed["items"] == [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
 
 
 def test_the_binding_covers_what_the_validating_webhook_covers() -> None:
