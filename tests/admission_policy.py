@@ -2,12 +2,13 @@
 
 No apiserver runs in the tests, so this follows upstream's order (k8s.io/apiserver ``plugin/policy/validating``):
 the binding's and policy's match (resource rules, operations, the binding's namespace selector), then
-``matchConditions`` (all must hold), then every validation, the ``variables`` evaluated when first read; the answer names the first
+``matchConditions`` (all must hold), then every validation, the ``variables`` evaluated when first read and kept
+(``plugin/cel/composition.go``, a lazy map); the answer names the first
 that failed, with its ``messageExpression`` (else its ``message``), as the apiserver's denial does. An expression
 that errs is a failure as ``failurePolicy`` says (Fail: refused with the error).
 
 cel-python has none of the Kubernetes CEL libraries, so the functions the policies call are written here:
-- quantity (k8s.io/apiserver/pkg/cel/library/quantity.go) on top of ``webhook.core.quantity`` (the apiserver's
+- quantity (k8s.io/apiserver/pkg/cel/library/quantity.go, in the base environment from 1.28) on top of ``webhook.core.quantity`` (the apiserver's
   grammar and exact values): ``quantity``, ``isQuantity``, ``sign``, ``isInteger`` (the value fits an int64
   without loss: ``AsInt64`` succeeds), ``asInteger``, ``asApproximateFloat``, ``compareTo``, ``isLessThan``,
   ``isGreaterThan``, ``add``, ``sub``;
@@ -273,10 +274,12 @@ class Policy:
                     text = message_expr.evaluate(activation) if message_expr is not None else None
                     if isinstance(text, celpy.CELEvalError):
                         text = None
-                    # An empty, failing or too long (MaxEvaluatedMessageExpressionSizeBytes) messageExpression falls
-                    # back to message (upstream).
-                    shown = str(text) if text and len(str(text).encode()) <= MAX_MESSAGE_BYTES else " ".join(
-                        str(message or "").split())
+                    # Upstream (plugin/policy/validating/validator.go) trims the text, drops one over
+                    # MaxEvaluatedMessageExpressionSizeBytes or with a line break, and then uses message.
+                    text = str(text).strip() if text is not None else ""
+                    if len(text.encode()) > MAX_MESSAGE_BYTES or "\n" in text:
+                        text = ""
+                    shown = text or " ".join(str(message or "").split())
                     return Outcome(matched=True, allowed=False, message=shown, reason=reason)
         except (celpy.CELEvalError, TypeError, ValueError, KeyError) as exc:
             if self.failure_policy == "Ignore":
