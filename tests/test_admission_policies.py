@@ -114,6 +114,56 @@ def test_every_expression_compiles_and_calls_only_known_functions(policy: Policy
         assert set(re.findall(r"variables\.(\w+)", v["expression"])) <= set(names[:i]), v["name"]
 
 
+def _pod_schema_has(version: str, path: list[str]) -> bool:
+    """Whether the Pod's OpenAPI schema of ``version`` (kubernetes-validate's copy) has the field ``path``; a list
+    step goes into its items."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    folder = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{version}-local-strict"
+    defs = json.loads((folder / "_definitions.json").read_text())["$defs"]
+    node: dict[str, Any] = json.loads((folder / "pod-v1.json").read_text())
+    for step in path:
+        while "$ref" in node or "allOf" in node:
+            node = defs[node["$ref"].rsplit("/", 1)[1]] if "$ref" in node else node["allOf"][0]
+        if node.get("type") == "array" or "items" in node:
+            node = node["items"]
+            while "$ref" in node:
+                node = defs[node["$ref"].rsplit("/", 1)[1]]
+        if step not in node.get("properties", {}):
+            return False
+        node = node["properties"][step]
+    return True
+
+
+def _fields_read() -> set[tuple[str, ...]]:
+    """Every Pod field path the expressions read: off ``object``/``oldObject``, and off a container (``c``, ``x``)."""
+    spec = policies.policy()["spec"]
+    found: set[tuple[str, ...]] = set()
+    for v in spec["variables"]:
+        code = re.sub(r"'(?:[^'\\]|\\.)*'", "''", v["expression"])
+        for m in re.finditer(r"\b(object|oldObject|c|x)\.([A-Za-z]+(?:\.[A-Za-z]+)*)", code):
+            root, steps = m.group(1), tuple(m.group(2).split("."))
+            if code[m.end():m.end() + 1] == "(":  # a method call (.map, .exists), not a field
+                steps = steps[:-1]
+            found.add(steps if root in ("object", "oldObject") else ("spec", "containers", *steps))
+    return found
+
+
+def test_every_field_the_policy_reads_is_in_the_pod_schema() -> None:
+    """The apiserver's type check reads the Pod's OpenAPI schema: every field the expressions name is in the newest
+    one, and in 1.30's but the pod-level resources (spec.resources, 1.32+), which the expressions read behind has()."""
+    fields = _fields_read()
+    assert ("spec", "containers", "resources", "requests") in fields and ("metadata", "labels") in fields
+    latest = kubernetes_validate_version()
+    assert [f for f in fields if not _pod_schema_has(latest, list(f))] == []
+    assert {f for f in fields if not _pod_schema_has("1.30.0", list(f))} == {
+        ("spec", "resources"), ("spec", "resources", "requests"), ("spec", "resources", "limits")}
+
+
+def kubernetes_validate_version() -> str:
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    return str(kubernetes_validate.utils.latest_version())
+
+
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 def test_the_component_renders_and_is_valid_kubernetes() -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
