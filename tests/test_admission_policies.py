@@ -102,7 +102,7 @@ def test_every_expression_compiles_and_calls_only_known_functions(policy: Policy
         e for v in spec["validations"] for e in (v["expression"], v.get("messageExpression", "")) if e]
     for expr in exprs:
         code = re.sub(r"'(?:[^'\\]|\\.)*'", "''", expr)  # literals out: their words are no calls
-        called = set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(", code))
+        called = set(re.findall(r"([A-Za-z_][A-Za-z0-9_]*)\s*\(", code)) - {"in"}  # `in (`: an operator
         assert called <= KNOWN_FUNCTIONS, called - KNOWN_FUNCTIONS
         assert "\n" not in expr  # a YAML block would keep it; the apiserver needs none
     for v in spec["validations"]:  # upstream: a message holds no line break
@@ -355,7 +355,7 @@ RECORDED = _recorded_reviews()
 
 
 def test_a_message_beyond_the_apiservers_limit_is_the_rules_static_message(policy: Policy) -> None:
-    containers = [_container(f"c{i}", {BATCH_CPU: "0.5"}) for i in range(40)]
+    containers = [_container(f"c{i}", {BATCH_CPU: "0.5"}) for i in range(32)]
     decision, outcome = check_agree(policy, _request(_pod(containers, labels=BE, priority=5000)))
     assert len(decision.message.encode()) > policies.MAX_MESSAGE_BYTES
     assert outcome.message == policies.FALLBACK["batch-units"]
@@ -460,7 +460,10 @@ def updates(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     return old, new
 
 
-PROPERTY = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# cel-python interprets the policy slowly (about 0.2 s a pod, twice that for an update whose old object has findings
+# to compare): modest counts keep the file near half a minute.
+PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+UPDATES = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @PROPERTY
@@ -469,7 +472,7 @@ def test_policy_and_webhook_agree_on_generated_pods(policy: Policy, pod: dict[st
     check_agree(policy, _request(pod))
 
 
-@PROPERTY
+@UPDATES
 @given(pair=updates())
 def test_policy_and_webhook_agree_on_generated_updates(policy: Policy, pair: tuple[dict[str, Any], dict[str, Any]],
                                                         ) -> None:

@@ -140,16 +140,24 @@ def _resource_maps(root: str) -> str:
         index = f"string({items}.map(x, has(x.name) ? x.name : '').indexOf({name}))"
         owner = lit(f'{kind} "') + f" + {name} + " + lit('"')
         path = lit(f"spec.{field}[") + f" + {index} + " + lit("].resources.")
+        req, lim = _map_of("c", "requests"), _map_of("c", "limits")
         parts.append(f"(has({items}) ? {items}.map(c, {{'owner': {owner}, 'field': {lit(field)}, 'path': {path}, "
-                     f"'requests': {_map_of('c', 'requests')}, 'limits': {_map_of('c', 'limits')}}}) : [])")
+                     f"'requests': {req}, 'limits': {lim}, 'batchNamed': {_names_batch(req, lim)}}}) : [])")
     level = f"{root}.spec"
     parts.append(f"(has({level}.resources) ? [{{'owner': {lit(POD_LEVEL_OWNER)}, 'field': {lit(POD_LEVEL)}, "
                  f"'path': {lit('spec.resources.')}, 'requests': {_map_of(level, 'requests')}, "
-                 f"'limits': {_map_of(level, 'limits')}}}] : [])")
+                 f"'limits': {_map_of(level, 'limits')}, "
+                 f"'batchNamed': {_names_batch(_map_of(level, 'requests'), _map_of(level, 'limits'))}}}] : [])")
     overhead = f"{root}.spec.overhead"
     parts.append(f"(has({overhead}) ? [{{'owner': {lit(OVERHEAD_OWNER)}, 'field': {lit(OVERHEAD)}, "
-                 f"'path': {lit(OVERHEAD_PATH)}, 'requests': {overhead}, 'limits': {{}}}}] : [])")
+                 f"'path': {lit(OVERHEAD_PATH)}, 'requests': {overhead}, 'limits': {{}}, "
+                 f"'batchNamed': {_names_batch(overhead, '{}')}}}] : [])")
     return " + ".join(parts)
+
+
+def _names_batch(req: str, lim: str) -> str:
+    """Whether either map names a batch resource: most owners name none, and then skip every batch check."""
+    return f"variables.batchNames.exists(n, n in {req} || n in {lim})"
 
 
 def _asked(values: str, names: str) -> str:
@@ -187,13 +195,14 @@ def _owners(p: str) -> str:
     sep = lit(SEPARATOR)
     # spec.overhead is the RuntimeClass's (never a mix, never unit-checked): only the Koordinator checks read it.
     judged = f"m.field != {lit(OVERHEAD)}"
+    batch = f"m.batchNamed && {judged}"
     return (f"variables.{p}Maps.map(m, {{'owner': m.owner, 'field': m.field, "
-            f"'batch': {judged} ? {_asked('m.requests', 'batchSorted')} + {_asked('m.limits', 'batchSorted')} : [], "
+            f"'batch': {batch} ? {_asked('m.requests', 'batchSorted')} + {_asked('m.limits', 'batchSorted')} : [], "
             f"'native': {judged} ? {_asked('m.requests', 'nativeSorted')} + {_asked('m.limits', 'nativeSorted')} "
             ": [], "
-            f"'problems': {judged} ? ({_problems('requests')} + {_problems('limits')}).join({sep}) : '', "
-            f"'overLimits': {judged} ? {_over_limits()}.join({sep}) : '', "
-            f"'batchRequested': {_effective_positive('variables.batchNames')}, "
+            f"'problems': {batch} ? ({_problems('requests')} + {_problems('limits')}).join({sep}) : '', "
+            f"'overLimits': {batch} ? {_over_limits()}.join({sep}) : '', "
+            f"'batchRequested': m.batchNamed && {_effective_positive('variables.batchNames')}, "
             f"'cpuRequested': {_effective_positive(lits(['cpu']))}}})")
 
 
