@@ -288,6 +288,13 @@ class Policy:
         return Outcome(matched=True, allowed=True)
 
 
+    def first_failure(self, request: dict[str, Any], obj: Any = None, old: Any = None) -> str | None:
+        """None when admitted (or not matched), else the refusal's message: the shape of
+        tests/test_agent_node_policy.py's evaluator, so that file can use this one."""
+        outcome = self.evaluate({**request, "object": obj, "oldObject": old})
+        return None if outcome.allowed else outcome.message
+
+
 def policy_and_binding(docs: list[dict[str, Any]]) -> Policy:
     """The Policy of a component's documents: one ValidatingAdmissionPolicy and its binding."""
     (policy,) = [d for d in docs if d.get("kind") == "ValidatingAdmissionPolicy"]
