@@ -92,7 +92,7 @@ def test_one_validation_per_stateless_rule_in_chain_order() -> None:
 
 
 # Functions a 1.30 apiserver's policy environment has: CEL's standard ones and the Kubernetes libraries used here.
-KNOWN_FUNCTIONS = {"has", "size", "string", "int", "quantity", "isQuantity", "sign", "isInteger", "isGreaterThan",
+KNOWN_FUNCTIONS = {"has", "size", "string", "int", "dyn", "quantity", "isQuantity", "sign", "isInteger", "isGreaterThan",
                    "isLessThan", "compareTo", "filter", "map", "exists", "all", "join", "split", "indexOf"}
 
 
@@ -112,6 +112,35 @@ def test_every_expression_compiles_and_calls_only_known_functions(policy: Policy
     assert len(names) == len(set(names))
     for i, v in enumerate(spec["variables"]):  # a variable reads only those before it (upstream compiles in order)
         assert set(re.findall(r"variables\.(\w+)", v["expression"])) <= set(names[:i]), v["name"]
+
+
+def _leaf(node: Any) -> Any:
+    """The one node an expression reduces to through single-child nodes (a literal, a call), or the first branching
+    node."""
+    while hasattr(node, "children") and len(node.children) == 1 and hasattr(node.children[0], "data"):
+        node = node.children[0]
+    return node
+
+
+def test_every_map_literal_is_homogeneous() -> None:
+    """From 1.29 the apiserver refuses a list or map literal whose entries differ in type
+    (ValidateHomogeneousAggregateLiterals): every map literal's values are all dyn(...) or all string literals."""
+    import celpy
+
+    env = celpy.Environment()
+    spec = policies.policy()["spec"]
+    maps = 0
+    for expr in [v["expression"] for v in spec["variables"]]:
+        for node in env.compile(expr).iter_subtrees():
+            if node.data != "mapinits":
+                continue
+            maps += 1
+            values = [_leaf(v) for v in node.children[1::2]]
+            kinds = {("dyn" if v.data == "ident_arg" and str(v.children[0]) == "dyn" else
+                      "string" if v.data == "literal" and str(v.children[0]).startswith("'") else v.data)
+                     for v in values}
+            assert kinds in ({"dyn"}, {"string"}), (kinds, expr[:200])
+    assert maps >= 5
 
 
 def _pod_schema_has(version: str, path: list[str]) -> bool:

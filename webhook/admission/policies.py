@@ -111,6 +111,12 @@ def _whole(value: str) -> str:
     return f"(quantity({value}).isInteger() || quantity({value}).isGreaterThan(quantity({lit(WHOLE_CHECK_LIMIT)})))"
 
 
+def _record(fields: dict[str, str]) -> str:
+    """A CEL map literal of ``fields`` (name -> CEL expression), each value ``dyn``: from 1.29 the apiserver refuses
+    an aggregate literal whose values differ in type (ValidateHomogeneousAggregateLiterals)."""
+    return "{" + ", ".join(f"{lit(k)}: dyn({v})" for k, v in fields.items()) + "}"
+
+
 def _map_of(container: str, kind: str) -> str:
     return (f"(has({container}.resources) && has({container}.resources.{kind}) "
             f"? {container}.resources.{kind} : {{}})")
@@ -132,26 +138,27 @@ def constants() -> list[dict[str, str]]:
 
 def _resource_maps(root: str) -> str:
     """``resources.resource_lists`` of ``root``, one entry per owner (init containers, containers, the pod level,
-    the overhead): its owner text, field, the field path of its requests and limits (a prefix), and the two maps."""
+    the overhead): its owner text, field, the field path of its requests and limits (a prefix), the two maps, and
+    whether they name a batch resource."""
     parts = []
     for field, kind in CONTAINER_FIELDS:
         items = f"{root}.spec.{field}"
         name = "(has(c.name) ? c.name : '')"
         index = f"string({items}.map(x, has(x.name) ? x.name : '').indexOf({name}))"
-        owner = lit(f'{kind} "') + f" + {name} + " + lit('"')
-        path = lit(f"spec.{field}[") + f" + {index} + " + lit("].resources.")
         req, lim = _map_of("c", "requests"), _map_of("c", "limits")
-        parts.append(f"(has({items}) ? {items}.map(c, {{'owner': {owner}, 'field': {lit(field)}, 'path': {path}, "
-                     f"'requests': {req}, 'limits': {lim}, 'batchNamed': {_names_batch(req, lim)}}}) : [])")
+        entry = _record({"owner": lit(f'{kind} "') + f" + {name} + " + lit('"'), "field": lit(field),
+                         "path": lit(f"spec.{field}[") + f" + {index} + " + lit("].resources."),
+                         "requests": req, "limits": lim, "batchNamed": _names_batch(req, lim)})
+        parts.append(f"(has({items}) ? {items}.map(c, {entry}) : [])")
     level = f"{root}.spec"
-    parts.append(f"(has({level}.resources) ? [{{'owner': {lit(POD_LEVEL_OWNER)}, 'field': {lit(POD_LEVEL)}, "
-                 f"'path': {lit('spec.resources.')}, 'requests': {_map_of(level, 'requests')}, "
-                 f"'limits': {_map_of(level, 'limits')}, "
-                 f"'batchNamed': {_names_batch(_map_of(level, 'requests'), _map_of(level, 'limits'))}}}] : [])")
+    req, lim = _map_of(level, "requests"), _map_of(level, "limits")
+    entry = _record({"owner": lit(POD_LEVEL_OWNER), "field": lit(POD_LEVEL), "path": lit("spec.resources."),
+                     "requests": req, "limits": lim, "batchNamed": _names_batch(req, lim)})
+    parts.append(f"(has({level}.resources) ? [{entry}] : [])")
     overhead = f"{root}.spec.overhead"
-    parts.append(f"(has({overhead}) ? [{{'owner': {lit(OVERHEAD_OWNER)}, 'field': {lit(OVERHEAD)}, "
-                 f"'path': {lit(OVERHEAD_PATH)}, 'requests': {overhead}, 'limits': {{}}, "
-                 f"'batchNamed': {_names_batch(overhead, '{}')}}}] : [])")
+    entry = _record({"owner": lit(OVERHEAD_OWNER), "field": lit(OVERHEAD), "path": lit(OVERHEAD_PATH),
+                     "requests": overhead, "limits": "{}", "batchNamed": _names_batch(overhead, "{}")})
+    parts.append(f"(has({overhead}) ? [{entry}] : [])")
     return " + ".join(parts)
 
 
@@ -196,14 +203,16 @@ def _owners(p: str) -> str:
     # spec.overhead is the RuntimeClass's (never a mix, never unit-checked): only the Koordinator checks read it.
     judged = f"m.field != {lit(OVERHEAD)}"
     batch = f"m.batchNamed && {judged}"
-    return (f"variables.{p}Maps.map(m, {{'owner': m.owner, 'field': m.field, "
-            f"'batch': {batch} ? {_asked('m.requests', 'batchSorted')} + {_asked('m.limits', 'batchSorted')} : [], "
-            f"'native': {judged} ? {_asked('m.requests', 'nativeSorted')} + {_asked('m.limits', 'nativeSorted')} "
-            ": [], "
-            f"'problems': {batch} ? ({_problems('requests')} + {_problems('limits')}).join({sep}) : '', "
-            f"'overLimits': {batch} ? {_over_limits()}.join({sep}) : '', "
-            f"'batchRequested': m.batchNamed && {_effective_positive('variables.batchNames')}, "
-            f"'cpuRequested': {_effective_positive(lits(['cpu']))}}})")
+    entry = _record({
+        "owner": "m.owner", "field": "m.field",
+        "batch": f"{batch} ? {_asked('m.requests', 'batchSorted')} + {_asked('m.limits', 'batchSorted')} : []",
+        "native": f"{judged} ? {_asked('m.requests', 'nativeSorted')} + {_asked('m.limits', 'nativeSorted')} : []",
+        "problems": f"{batch} ? ({_problems('requests')} + {_problems('limits')}).join({sep}) : ''",
+        "overLimits": f"{batch} ? {_over_limits()}.join({sep}) : ''",
+        "batchRequested": f"m.batchNamed && {_effective_positive('variables.batchNames')}",
+        "cpuRequested": _effective_positive(lits(["cpu"])),
+    })
+    return f"variables.{p}Maps.map(m, {entry})"
 
 
 def _first_name(owner: str, legacy: bool) -> str:
@@ -323,7 +332,8 @@ def _ratcheted(p_new: str, p_old: str) -> str:
 
 def _aggregate(errors: str) -> str:
     """``fielderrors.aggregate`` of a list without repeats (the rules' findings have none)."""
-    return f"size({errors}) == 1 ? {errors}[0] : '[' + {errors}.join(', ') + ']'"
+    # string(): the apiserver wants a messageExpression's type to be exactly string, not dyn.
+    return f"string(size({errors}) == 1 ? {errors}[0] : '[' + {errors}.join(', ') + ']')"
 
 
 def variables() -> list[dict[str, str]]:
@@ -371,7 +381,7 @@ def validations() -> list[dict[str, str]]:
     """One per stateless rule, in ``chain.VALIDATING``'s order: the first that fails is the message."""
     return [
         {"expression": "variables.newMix == '' || (variables.isUpdate && variables.newMix == variables.oldMix)",
-         "messageExpression": "variables.newMix", "message": FALLBACK["batch-mixing"], "reason": "Forbidden"},
+         "messageExpression": "string(variables.newMix)", "message": FALLBACK["batch-mixing"], "reason": "Forbidden"},
         {"expression": "size(variables.unitsRefused) == 0",
          "messageExpression": _aggregate("variables.unitsRefused"), "message": FALLBACK["batch-units"],
          "reason": "Forbidden"},
