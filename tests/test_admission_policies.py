@@ -107,6 +107,9 @@ def test_every_expression_compiles_and_calls_only_known_functions(policy: Policy
         assert "\n" not in expr  # a YAML block would keep it; the apiserver needs none
     for v in spec["validations"]:  # upstream: a message holds no line break
         assert "\n" not in v["message"] and v["message"].strip() == v["message"]
+        assert v["reason"] in ("Unauthorized", "Forbidden", "Invalid", "RequestEntityTooLarge")
+        # the apiserver compiles a messageExpression only when its type is exactly string: dyn is refused
+        assert v["messageExpression"].startswith("string(") and v["messageExpression"].endswith(")")
     assert set(policies.FALLBACK) == {r.NAME for r in chain.VALIDATING if not r.NAME.startswith("quota-")}
     names = [v["name"] for v in spec["variables"]]
     assert len(names) == len(set(names))
