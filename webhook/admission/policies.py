@@ -14,9 +14,10 @@ containers, with the init containers' peak: CEL in the apiserver has no fold ove
 Ratcheting (``domain.ratchet``): on UPDATE each rule's findings about ``oldObject`` are computed too, and only a
 finding the old object did not carry is refused; Koordinator's immutable fields are refused always.
 
-The policy sees what a webhook sees after the apiserver decoded the pod: quantities as strings, map keys in sorted
-order (the apiserver's JSON encoder sorts them), and nothing the apiserver's own validation refuses (a value that is
-no quantity, a negative request): those never reach a validating admission step.
+The policy sees what a webhook sees after the apiserver decoded the pod: quantities as strings, and nothing the
+apiserver's own validation refuses (a value that is no quantity, a negative request): those never reach a validating
+admission step. The webhook meets a map's keys in the order the apiserver sends them (sorted by its JSON encoder);
+the policy never iterates a map, it reads the names through sorted constant lists, so both name the same first one.
 """
 
 from __future__ import annotations
@@ -54,7 +55,8 @@ from webhook.core.priority import (
 from webhook.core.qos import KOORD_QOS_CLASSES, LEGACY_QOS_ANNOTATION, QOS_LABEL
 from webhook.core.resources import BATCH_CPU, BATCH_NAMES, CPU, LEGACY_BATCH, NATIVE_RESOURCES, POD_LEVEL_OWNER
 
-__all__ = ["BINDING_NAME", "EXCLUDED_NAMESPACES", "POLICY_NAME", "SEPARATOR", "binding", "policy", "render"]
+__all__ = ["BINDING_NAME", "EXCLUDED_NAMESPACES", "FALLBACK", "MAX_MESSAGE_BYTES", "POLICY_NAME", "SEPARATOR",
+           "binding", "policy", "render", "validations", "variables"]
 
 POLICY_NAME = BINDING_NAME = "colocation-pod-invariants"
 # The namespaces the webhooks skip (manifests/base/webhook-configurations.yaml): the binding skips the same.
