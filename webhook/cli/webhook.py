@@ -273,6 +273,18 @@ def certs_ca_bundle(args: argparse.Namespace) -> int:
     return 0
 
 
+def policies(args: argparse.Namespace) -> int:
+    """Print the stateless validating rules as a ValidatingAdmissionPolicy and its binding (offline)."""
+    from webhook.admission import policies as generated
+
+    if args.output == "json":
+        items = [generated.policy(), generated.binding()]
+        print(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items}, option=orjson.OPT_INDENT_2).decode())
+    else:
+        print(generated.render(), end="")
+    return 0
+
+
 def certs_bootstrap(args: argparse.Namespace) -> int:
     """In-cluster (the install's Job): exit 0 done, 1 an API request failed (the Job retries), 2 unusable input."""
     from webhook.cluster.live import _client_configuration
@@ -394,6 +406,16 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(func=review)
 
     audit.add_parser(sub, EXIT_CODES, _review_settings)
+
+    pol = sub.add_parser("policies", help="print the stateless validating rules as a ValidatingAdmissionPolicy and "
+                         "its binding, for kubectl apply (Kubernetes 1.30+)", epilog=exit_codes(EXIT_CODES, 0, 141),
+                         description="Print the validating rules that need no cluster state as one "
+                                     "ValidatingAdmissionPolicy and its binding: what "
+                                     "manifests/components/admission-policies holds (docs/deploy.md, \"Admission "
+                                     "policies\"). Offline; the apiserver enforces them while the webhook is down.")
+    pol.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
+                     help="a YAML stream, or a JSON v1 List")
+    pol.set_defaults(func=policies)
 
     c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service",
                        description="Make or read the serving certificate and CA for an in-cluster install.")

@@ -29,7 +29,10 @@ FORBIDDEN_COMBINATIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("BE", (KOORD_NONE, KOORD_PROD)),
     ("LSR", (KOORD_NONE, KOORD_MID, KOORD_BATCH, KOORD_FREE)),
 )
-_CPU_PATH = "pod.spec.containers[*].resources.requests"
+CPU_PATH = "pod.spec.containers[*].resources.requests"
+NEEDS_BE = "must specify koordinator QoS BE with koordinator colocation resources"
+FORBIDDEN_PAIR = "{label}={qos} and priorityClass={klass} cannot be used in combination"
+CPU_REQUIRED = "LSR Pod must declare the requested CPUs"  # upstream says "LSR" for LSE pods too
 
 
 def _label(pod: dict[str, Any], key: str) -> str:
@@ -54,19 +57,16 @@ def pod_errors(pod: dict[str, Any]) -> list[str]:
     qos = koord_qos_class(pod)
     requests = pod_requests(pod)
     if any(requests.get(name, 0) != 0 for name in BATCH_NAMES) and qos != "BE":
-        errors.append(required(f"labels.{QOS_LABEL}",
-                               "must specify koordinator QoS BE with koordinator colocation resources"))
+        errors.append(required(f"labels.{QOS_LABEL}", NEEDS_BE))
     for bad_qos, classes in FORBIDDEN_COMBINATIONS:
         if qos == bad_qos:
             klass = koord_priority_class(pod)
             if klass in classes:
-                errors.append(forbidden("Pod", f"{QOS_LABEL}={qos} and priorityClass={klass} "
-                                               "cannot be used in combination"))
+                errors.append(forbidden("Pod", FORBIDDEN_PAIR.format(label=QOS_LABEL, qos=qos, klass=klass)))
     if qos in ("LSR", "LSE"):
         cpu = requests.get(CPU, Decimal(0))
         if cpu == 0:
-            # Upstream says "LSR" for LSE pods too.
-            errors.append(required(_CPU_PATH, "LSR Pod must declare the requested CPUs"))
+            errors.append(required(CPU_PATH, CPU_REQUIRED))
         elif int_value(cpu) * 1000 != milli_value(cpu):
-            errors.append(invalid(_CPU_PATH, format_decimal_si(cpu), "the requested CPUs of LSR Pod must be integer"))
+            errors.append(invalid(CPU_PATH, format_decimal_si(cpu), "the requested CPUs of LSR Pod must be integer"))
     return errors
