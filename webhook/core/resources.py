@@ -31,21 +31,26 @@ def iter_containers(spec: dict[str, Any]) -> Iterator[tuple[str, int, dict[str, 
                     yield field, i, c
 
 
+def _parsed(values: object) -> dict[str, Decimal]:
+    """A ResourceList's quantities by name; one that is no quantity is skipped (the validating rules report it)."""
+    out: dict[str, Decimal] = {}
+    if isinstance(values, dict):
+        for name, raw in values.items():
+            try:
+                out[name] = parse_quantity(raw)
+            except QuantityError:
+                continue
+    return out
+
+
 def container_requests(container: dict[str, Any]) -> dict[str, Decimal]:
     """A container's requests, a limit standing in for a missing request (API defaulting).
 
     Unparsable quantities are skipped here; the validating rules report them.
     """
     res = container.get("resources") or {}
-    out: dict[str, Decimal] = {}
-    for kind in ("limits", "requests"):  # requests last so they win over limits
-        values = res.get(kind)
-        if isinstance(values, dict):
-            for name, raw in values.items():
-                try:
-                    out[name] = parse_quantity(raw)
-                except QuantityError:
-                    continue
+    out = _parsed(res.get("limits"))
+    out.update(_parsed(res.get("requests")))  # requests win over limits
     return out
 
 
@@ -73,17 +78,6 @@ POD_LEVEL_OWNER = "the pod (spec.resources)"
 
 def pod_level_supported(name: str) -> bool:
     return name in NATIVE_RESOURCES or name.startswith(HUGEPAGES_PREFIX)
-
-
-def _parsed(values: object) -> dict[str, Decimal]:
-    out: dict[str, Decimal] = {}
-    if isinstance(values, dict):
-        for name, raw in values.items():
-            try:
-                out[name] = parse_quantity(raw)
-            except QuantityError:
-                continue
-    return out
 
 
 def container_limits(container: dict[str, Any]) -> dict[str, Decimal]:
