@@ -207,3 +207,34 @@ def test_check_lists_missing_stale_and_left_over_policies(tmp_path: Path,
 def test_check_needs_a_cluster_state(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert webhook_cli.main(["policies", "--check", str(tmp_path / "x.yaml")]) == 2
     assert "--check compares with the profiles of a cluster state" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("name", "profiles", "pod"), [
+    ("a koord-mid container that already asks for mid-cpu keeps its cpu",
+     [m.profile("mid", selector={"matchLabels": {"app": "etl"}}, priorityClassName="koord-mid")],
+     m.pod(labels={"app": "etl"}, requests={"cpu": "1", "kubernetes.io/mid-cpu": "500"})),
+    ("a patch writes another QoS class",
+     [m.profile("patched", selector={"matchLabels": {"app": "x"}}, qosClass="BE", priorityClassName="koord-batch",
+                patch={"metadata": {"labels": {QOS: "LS"}}})],
+     m.pod(labels={"app": "x"})),
+    ("a later profile's labels write the QoS class",
+     [m.profile("a", selector={"matchLabels": {"app": "x"}}, qosClass="BE", priorityClassName="koord-batch"),
+      m.profile("b", selector={"matchLabels": {"app": "x"}}, labels={QOS: "LS"})],
+     m.pod(labels={"app": "x"})),
+    ("another profile skips the conversion",
+     [m.profile("a", selector={"matchLabels": {"app": "x"}}, qosClass="BE", priorityClassName="koord-batch"),
+      m.profile("b", meta_annotations=SKIP, selector={"matchLabels": {"app": "x"}}, qosClass="BE")],
+     m.pod(labels={"app": "x"}, requests=CPU)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_what_the_webhook_admits_the_profile_policies_admit(name: str, profiles: list[dict[str, Any]],
+                                                            pod: dict[str, Any]) -> None:
+    state = m.make_state(*profiles)
+    objects = _rendered(state).objects
+    decision, converted = m.mutate(copy.deepcopy(pod), state)
+    assert decision.allowed and converted is not None
+    judged = [o["metadata"]["annotations"][profile_policies.PROFILE_ANNOTATION] for o in objects
+              if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert judged
+    for profile in judged:
+        verdict = _judge(_policy(objects, profile), state, converted)
+        assert verdict.matched and verdict.allowed, f"{profile}: {verdict.message}"

@@ -14,10 +14,10 @@ CRD in the apiserver and has no "param not found" case. Each object carries the 
 so ``colocation-webhook policies --check`` tells an applied policy that no longer matches its profile.
 
 Profiles that combine (all that match a pod apply, in name order, a later one winning) are allowed for: a policy
-accepts the QoS class and class of any other profile too, and checks no resources when any profile skips the
-conversion. Not rendered, with a note: an invalid profile (it never applies), one with ``probability`` below 100 (a
-pod the draw passed over is rightly unconverted, and CEL cannot compute the draw), one that sets neither a QoS class
-nor a priority class (nothing the policy could check).
+accepts the QoS class and class any profile writes (its fields, labels or patch), and checks no resources when any
+profile skips the conversion. Not rendered, with a note: an invalid profile (it never applies), one with
+``probability`` below 100 (a pod the draw passed over is rightly unconverted, and CEL cannot compute the draw), one
+that sets neither a QoS class nor a priority class (nothing the policy could check).
 """
 
 from __future__ import annotations
@@ -28,11 +28,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from webhook.admission.domain.batch_conversion import TARGETS
 from webhook.admission.domain.profiles import SKIP_UPDATE_RESOURCES, Profile, compile_profile
 from webhook.admission.policies import EXCLUDED_NAMESPACES, lit, lits
-from webhook.core.priority import KOORD_BATCH, KOORD_MID, band_of
+from webhook.core.priority import band_of
 from webhook.core.qos import QOS_LABEL
-from webhook.core.resources import CPU, MEMORY
+from webhook.core.resources import CPU, LEGACY_BATCH, MEMORY
 
 __all__ = ["COMPONENT", "DIGEST_ANNOTATION", "PROFILE_ANNOTATION", "Rendered", "Stale", "message", "render",
            "stale"]
@@ -43,7 +44,6 @@ LABELS = {"app.kubernetes.io/name": "colocation-webhook", "app.kubernetes.io/par
           "app.kubernetes.io/component": COMPONENT}
 PROFILE_ANNOTATION = "colocation.koordinator.sh/profile"
 DIGEST_ANNOTATION = "colocation.koordinator.sh/profile-digest"
-CONVERTING_BANDS = (KOORD_BATCH, KOORD_MID)
 NAME_MAX = 253
 # Where the webhook's conversion looks for cpu/memory (resources.resource_lists, without the RuntimeClass's
 # overhead): the containers, the init containers (sidecars included) and the pod level.
@@ -64,21 +64,28 @@ class Rendered:
     notes: list[str] = field(default_factory=list)
 
 
-def _native() -> str:
-    """Whether the pod asks for cpu or memory in a container, an init container or at the pod level."""
-    names = lits([CPU, MEMORY])
+def _names_any(res: str, names: str) -> str:
+    """Whether the requests or limits of ``res`` (a CEL path to a ResourceRequirements) name one of ``names``."""
+    return " || ".join(f"(has({res}.{kind}) && {names}.exists(n, n in {res}.{kind}))"
+                       for kind in ("requests", "limits"))
 
-    def in_maps(res: str) -> str:
-        return " || ".join(f"(has({res}.{kind}) && {names}.exists(n, n in {res}.{kind}))"
-                           for kind in ("requests", "limits"))
 
-    parts = [f"(has(object.spec.{f}) && object.spec.{f}.exists(c, has(c.resources) && ({in_maps('c.resources')})))"
+def _native(band: str) -> str:
+    """Whether the pod asks for cpu or memory in a container, an init container or at the pod level where the
+    webhook's conversion would have taken them away. As ``batch_conversion.convert_pod``, a container that already
+    names the band's own resources (``band``: a CEL list of names) is left as written (its mix is the validating
+    rules' business), and so is the pod level then (``fold_pod_level``)."""
+    native = lits([CPU, MEMORY])
+    parts = [f"(has(object.spec.{f}) && object.spec.{f}.exists(c, has(c.resources) && "
+             f"({_names_any('c.resources', native)}) && !({_names_any('c.resources', band)})))"
              for f in _CONTAINER_FIELDS]
-    parts.append(f"(has(object.spec.resources) && ({in_maps('object.spec.resources')}))")
+    kept = " || ".join(f"(has(object.spec.{f}) && object.spec.{f}.exists(c, has(c.resources) && "
+                       f"({_names_any('c.resources', band)})))" for f in _CONTAINER_FIELDS)
+    parts.append(f"(has(object.spec.resources) && ({_names_any('object.spec.resources', native)}) && !({kept}))")
     return " || ".join(parts)
 
 
-def _validation(qos: list[str], classes: list[str], converting: list[str]) -> str:
+def _validation(qos: list[str], classes: list[str], converting: dict[str, list[str]]) -> str:
     label = f"object.metadata.labels[{lit(QOS_LABEL)}]"
     checks = []
     if qos:
@@ -87,9 +94,42 @@ def _validation(qos: list[str], classes: list[str], converting: list[str]) -> st
     if classes:
         checks.append(f"(has(object.spec.priorityClassName) && object.spec.priorityClassName in {lits(classes)})")
     if converting:
-        checks.append(f"!(has(object.spec.priorityClassName) && object.spec.priorityClassName in {lits(converting)}"
+        checks.append("!(has(object.spec.priorityClassName) && object.spec.priorityClassName in variables.bandNames"
                       " && variables.asksNative)")
     return " && ".join(checks)
+
+
+def _band_variables(converting: dict[str, list[str]]) -> list[dict[str, str]]:
+    bands = "{" + ", ".join(f"{lit(c)}: {lits(names)}" for c, names in sorted(converting.items())) + "}"
+    klass = "object.spec.priorityClassName"
+    return [{"name": "bandNames", "expression": bands},
+            # The band's names of the pod's class, [] for a class that is none of them: never an error to refuse on.
+            {"name": "band", "expression": f"has({klass}) && {klass} in variables.bandNames "
+                                           f"? variables.bandNames[{klass}] : []"},
+            {"name": "asksNative", "expression": _native("variables.band")}]
+
+
+def _written(p: Profile) -> tuple[set[str], set[str], bool]:
+    """The QoS classes and priority classes profile ``p`` can write besides ``qosClass``/``priorityClassName``
+    (its labels and patch), and whether it writes the QoS label in a way no list can hold (a key mapping, a
+    suffix, a patch value that is not a string)."""
+    qos: set[str] = set()
+    classes: set[str] = set()
+    unknown = QOS_LABEL in p.label_keys_mapping.values() or QOS_LABEL in p.label_suffixes
+    if QOS_LABEL in p.labels:
+        qos.add(p.labels[QOS_LABEL])
+    patch = p.patch or {}
+    pmeta, pspec = patch.get("metadata"), patch.get("spec")
+    plabels = pmeta.get("labels") if isinstance(pmeta, dict) else None
+    if isinstance(plabels, dict) and (QOS_LABEL in plabels or "$patch" in plabels):
+        value = plabels.get(QOS_LABEL)
+        if isinstance(value, str):
+            qos.add(value)
+        else:
+            unknown = True
+    if isinstance(pspec, dict) and isinstance(pspec.get("priorityClassName"), str):
+        classes.add(pspec["priorityClassName"])
+    return qos, classes, unknown
 
 
 def _selector(sel: Any) -> dict[str, Any]:
@@ -101,7 +141,7 @@ def _digest(policy_spec: dict[str, Any], binding_spec: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _pair(p: Profile, validation: str) -> list[dict[str, Any]]:
+def _pair(p: Profile, validation: str, variables: list[dict[str, str]]) -> list[dict[str, Any]]:
     name = PREFIX + p.name
     ns_selector = _selector(p.spec.get("namespaceSelector"))
     excluded = {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}
@@ -116,8 +156,8 @@ def _pair(p: Profile, validation: str) -> list[dict[str, Any]]:
         },
         "validations": [{"expression": validation, "message": message(p.name), "reason": "Forbidden"}],
     }
-    if "variables.asksNative" in validation:
-        policy_spec["variables"] = [{"name": "asksNative", "expression": _native()}]
+    if variables:
+        policy_spec["variables"] = variables
     binding_spec: dict[str, Any] = {
         "policyName": name,
         "validationActions": ["Deny"],
@@ -144,8 +184,17 @@ def render(profiles: list[dict[str, Any]], lookup_class: Callable[[str], dict[st
             p.error = invalid[p.name]
     valid = [p for p in compiled if p.error is None and p.percent > 0]
     # A pod two profiles match gets the later one's class and QoS class, and no conversion when either skips it:
-    # each policy accepts what any other profile sets.
+    # each policy accepts what any profile sets, through qosClass/priorityClassName, its labels or its patch.
     any_skip = {p.name for p in valid if p.skip_update_resources}
+    all_qos = {p.qos_class for p in valid if p.qos_class}
+    all_classes = {p.priority_class_name for p in valid if p.priority_class_name}
+    qos_unknown: list[str] = []
+    for q in valid:
+        more_qos, more_classes, unknown = _written(q)
+        all_qos |= more_qos
+        all_classes |= more_classes
+        if unknown:
+            qos_unknown.append(q.name)
     out = Rendered()
     for p in compiled:
         if p.error is not None:
@@ -155,17 +204,19 @@ def render(profiles: list[dict[str, Any]], lookup_class: Callable[[str], dict[st
             out.notes.append(f"{p.name}: no policy: probability {p.percent}% (a pod the draw passes over is rightly "
                              "unconverted, and a policy cannot compute the draw)")
             continue
-        if not (p.qos_class or p.priority_class_name):
-            out.notes.append(f"{p.name}: no policy: it sets neither qosClass nor priorityClassName, nothing a "
-                             "policy could check")
-            continue
         if len(PREFIX + p.name) > NAME_MAX:
             out.notes.append(f"{p.name}: no policy: the name {PREFIX}{p.name} is longer than {NAME_MAX} characters")
             continue
-        qos = sorted({q.qos_class for q in valid if q.qos_class}) if p.qos_class else []
-        classes = sorted({q.priority_class_name for q in valid if q.priority_class_name}) if p.priority_class_name \
-            else []
-        converting: list[str] = []
+        qos = sorted(all_qos) if p.qos_class and not qos_unknown else []
+        if p.qos_class and qos_unknown:
+            out.notes.append(f"{p.name}: no QoS class check: profile(s) {', '.join(qos_unknown)} write "
+                             f"{QOS_LABEL} through a key mapping, a suffix or a patch")
+        classes = sorted(all_classes) if p.priority_class_name else []
+        if not (qos or classes):
+            out.notes.append(f"{p.name}: no policy: it sets neither qosClass nor priorityClassName, nothing a "
+                             "policy could check")
+            continue
+        converting: dict[str, list[str]] = {}
         if p.priority_class_name and not any_skip:
             for c in classes:
                 pc = lookup_class(c)
@@ -173,12 +224,15 @@ def render(profiles: list[dict[str, Any]], lookup_class: Callable[[str], dict[st
                 if pc is None and c == p.priority_class_name:
                     out.notes.append(f"{p.name}: PriorityClass {c} is not in the cluster state: the webhook refuses "
                                      "the pods this profile matches; the policy checks no resources")
-                if isinstance(value, int) and not isinstance(value, bool) and band_of(value) in CONVERTING_BANDS:
-                    converting.append(c)
+                if isinstance(value, int) and not isinstance(value, bool) and band_of(value) in TARGETS:
+                    cpu_name, mem_name = TARGETS[band_of(value)]
+                    legacy = [k for k, v in LEGACY_BATCH.items() if v in (cpu_name, mem_name)]
+                    converting[c] = [cpu_name, mem_name, *legacy]
         elif p.priority_class_name:
             out.notes.append(f"{p.name}: no resources check: profile(s) {', '.join(sorted(any_skip))} carry "
                              f"{SKIP_UPDATE_RESOURCES}")
-        out.objects.extend(_pair(p, _validation(qos, classes, converting)))
+        out.objects.extend(_pair(p, _validation(qos, classes, converting),
+                                 _band_variables(converting) if converting else []))
     return out
 
 
