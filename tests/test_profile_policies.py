@@ -135,7 +135,11 @@ def test_profiles_that_combine_accept_each_others_outcome() -> None:
      "half: no policy: probability 50%"),
     ("invalid", m.profile("broken", qosClass="XX"), "broken: no policy: the profile is invalid"),
     ("nothing to check", m.profile("labels-only", labels={"a": "b"}), "labels-only: no policy: it sets neither"),
-], ids=["probability", "invalid", "nothing to check"])
+    ("a selector no binding takes",
+     m.profile("odd", selector={"matchExpressions": [{"key": "app", "operator": "In", "values": ["a b"]}]},
+               qosClass="BE", priorityClassName="koord-batch"),
+     "odd: no policy: a binding cannot hold its selector: selector.matchExpressions[0]: a valid label must be"),
+], ids=["probability", "invalid", "nothing to check", "selector"])
 def test_a_profile_a_policy_cannot_hold_gets_none_and_a_note(name: str, profile: dict[str, Any], note: str) -> None:
     rendered = _rendered(m.make_state(profile))
     assert rendered.objects == []

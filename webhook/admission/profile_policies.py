@@ -31,6 +31,7 @@ from typing import Any
 from webhook.admission.domain.batch_conversion import TARGETS
 from webhook.admission.domain.profiles import SKIP_UPDATE_RESOURCES, Profile, compile_profile
 from webhook.admission.policies import EXCLUDED_NAMESPACES, lit, lits
+from webhook.core.names import label_value, qualified_name
 from webhook.core.priority import band_of
 from webhook.core.qos import QOS_LABEL
 from webhook.core.resources import CPU, LEGACY_BATCH, MEMORY
@@ -107,6 +108,22 @@ def _band_variables(converting: dict[str, list[str]]) -> list[dict[str, str]]:
             {"name": "band", "expression": f"has({klass}) && {klass} in variables.bandNames "
                                            f"? variables.bandNames[{klass}] : []"},
             {"name": "asksNative", "expression": _native("variables.band")}]
+
+
+def _selector_problem(sel: Any, where: str) -> str | None:
+    """What the apiserver's LabelSelector validation refuses in a profile selector the webhook evaluates anyway (a
+    key that is no qualified name, a value that is no label value: the webhook then just never matches it)."""
+    if not isinstance(sel, dict):
+        return None
+    for key, value in (sel.get("matchLabels") or {}).items():
+        errors = qualified_name(key) or label_value(value)
+        if errors:
+            return f"{where}.matchLabels[{key}]: {errors[0]}"
+    for i, e in enumerate(sel.get("matchExpressions") or []):
+        errors = qualified_name(e["key"]) or [err for v in e.get("values") or [] for err in label_value(v)]
+        if errors:
+            return f"{where}.matchExpressions[{i}]: {errors[0]}"
+    return None
 
 
 def _written(p: Profile) -> tuple[set[str], set[str], bool]:
@@ -203,6 +220,11 @@ def render(profiles: list[dict[str, Any]], lookup_class: Callable[[str], dict[st
         if p.percent < 100:
             out.notes.append(f"{p.name}: no policy: probability {p.percent}% (a pod the draw passes over is rightly "
                              "unconverted, and a policy cannot compute the draw)")
+            continue
+        problem = (_selector_problem(p.spec.get("namespaceSelector"), "namespaceSelector")
+                   or _selector_problem(p.spec.get("selector"), "selector"))
+        if problem is not None:
+            out.notes.append(f"{p.name}: no policy: a binding cannot hold its selector: {problem}")
             continue
         if len(PREFIX + p.name) > NAME_MAX:
             out.notes.append(f"{p.name}: no policy: the name {PREFIX}{p.name} is longer than {NAME_MAX} characters")
