@@ -242,3 +242,15 @@ def test_what_the_webhook_admits_the_profile_policies_admit(name: str, profiles:
     for profile in judged:
         verdict = _judge(_policy(objects, profile), state, converted)
         assert verdict.matched and verdict.allowed, f"{profile}: {verdict.message}"
+
+
+def test_a_pod_the_webhook_could_not_apply_the_profile_to_is_refused_as_documented() -> None:
+    """docs/deploy.md, "One difference with the webhook up": the webhook admits it unchanged with a warning."""
+    profile = m.profile("suffixed", selector={"matchLabels": {"app": "x"}}, qosClass="BE",
+                        priorityClassName="koord-batch", labelSuffixes={"name": "-" + "s" * 40})
+    state = m.make_state(profile)
+    pod = m.pod(labels={"app": "x", "name": "n" * 40})
+    decision, converted = m.mutate(copy.deepcopy(pod), state)
+    assert decision.allowed and converted == pod and "colocation profile suffixed not applied" in decision.warnings[0]
+    assert _judge(_policy(_rendered(state).objects, "suffixed"), state, converted).message == \
+        profile_policies.message("suffixed")
