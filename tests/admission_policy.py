@@ -253,7 +253,12 @@ class Policy:
         labels = {"kubernetes.io/metadata.name": request.get("namespace", ""), **(namespace_labels or {})}
         selectors = [constraints.get("namespaceSelector"), self.binding.get("matchResources", {}).get(
             "namespaceSelector")]
-        return all(_selector_matches(s, labels) for s in selectors)
+        if not all(_selector_matches(s, labels) for s in selectors):
+            return False
+        # The binding's objectSelector: the object's labels (the old object's on DELETE, where there is none).
+        obj = request.get("object") or request.get("oldObject") or {}
+        object_labels = (obj.get("metadata") or {}).get("labels") or {}
+        return _selector_matches(self.binding.get("matchResources", {}).get("objectSelector"), object_labels)
 
     def evaluate(self, request: dict[str, Any], namespace_labels: dict[str, str] | None = None) -> Outcome:
         """``request``: an AdmissionRequest as a dict, with ``object`` and ``oldObject``."""

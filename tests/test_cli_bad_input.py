@@ -21,6 +21,7 @@ from webhook.cli import webhook as webhook_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 POD = str(ROOT / "examples" / "pod-koord-batch.yaml")
+EXAMPLE_STATE = str(ROOT / "webhook" / "cluster" / "example")
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 ENV.pop("KUBERNETES_SERVICE_HOST", None)
 PROGRAMS = {"colocation-webhook": "webhook.cli.webhook", "colocation-agent": "webhook.cli.agent"}
@@ -62,6 +63,10 @@ CASES = {
     "review --quota-config": Case(W, lambda p: ["review", POD, "--quota-config", p], FILES),
     "review --kubeconfig": Case(W, lambda p: ["review", POD, "--kubeconfig", p], FILES),
     "review --cluster-state": Case(W, lambda p: ["review", POD, "--cluster-state", p], BAD_FOLDERS, folder=True),
+    "policies --kubeconfig": Case(W, lambda p: ["policies", "--kubeconfig", p], ("missing", "empty", "binary",
+                                                                                 "directory")),
+    "policies --check": Case(W, lambda p: ["policies", "--cluster-state", EXAMPLE_STATE, "--check", p],
+                             ("missing", "binary", "Latin-1", "YAML list", "directory")),
     "serve --tls-cert-file": Case(W, lambda p: ["serve", "--port", _port(), "--metrics-port", "0",
                                                 "--tls-cert-file", p, "--tls-private-key-file", p],
                                   FILES),

@@ -274,15 +274,62 @@ def certs_ca_bundle(args: argparse.Namespace) -> int:
 
 
 def policies(args: argparse.Namespace) -> int:
-    """Print the stateless validating rules as a ValidatingAdmissionPolicy and its binding (offline)."""
+    """Print the stateless validating rules as a ValidatingAdmissionPolicy and its binding (offline); with a
+    cluster state, each ClusterColocationProfile's policy and binding too; ``--check``: compare them with the
+    applied ones instead (exit 1 when one is missing, stale or left over)."""
     from webhook.admission import policies as generated
+    from webhook.admission import profile_policies
 
+    live = bool(args.kubeconfig)
+    if args.check is not None and args.cluster_state is None and not live:
+        raise UsageError("--check compares with the profiles of a cluster state: give --cluster-state DIR or "
+                         "--kubeconfig F")
+    profile_docs: list[dict[str, Any]] = []
+    if args.cluster_state is not None or live:
+        applied = _applied(args.check) if args.check is not None else None
+        state, source = listed_state(args.cluster_state, args.kubeconfig, False, args.sync_timeout)
+        try:
+            invalid = state.invalid_colocation_profiles()
+            rendered = profile_policies.render(state.colocation_profiles(), state.priority_class, invalid)
+        finally:
+            if source is not None:
+                source.stop()
+        for note in rendered.notes:
+            print(f"note: {note}", file=sys.stderr)
+        if applied is not None:
+            found_stale = profile_policies.stale(rendered.objects, applied)
+            for s in found_stale:
+                print(f"{s.kind}/{s.name}: {s.problem}")
+            if not found_stale:
+                print(f"the applied profile policies are up to date ({len(rendered.objects) // 2} profile(s))")
+            return EXIT_DENIED if found_stale else 0
+        profile_docs = rendered.objects
     if args.output == "json":
-        items = [generated.policy(), generated.binding()]
+        items = [generated.policy(), generated.binding(), *profile_docs]
         print(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items}, option=orjson.OPT_INDENT_2).decode())
     else:
         print(generated.render(), end="")
+        for doc in profile_docs:
+            print("---\n" + yaml.safe_dump(doc, sort_keys=False, width=120), end="")
     return 0
+
+
+def _applied(path: Path) -> list[dict[str, Any]]:
+    """The applied policies and bindings: a YAML/JSON stream or a List (``kubectl get ... -o yaml``)."""
+    try:
+        text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UsageError(f"--check: {path}: {exc}") from None
+    out: list[dict[str, Any]] = []
+    for d in docs:
+        if not isinstance(d, dict):
+            raise UsageError(f"--check: {path}: a document is not an object")
+        items = d.get("items") if str(d.get("kind", "")).endswith("List") else [d]
+        if not isinstance(items, list):
+            raise UsageError(f"--check: {path}: items is not a list")
+        out.extend(i for i in items if isinstance(i, dict))
+    return out
 
 
 def certs_bootstrap(args: argparse.Namespace) -> int:
@@ -312,7 +359,8 @@ DESCRIPTION = "colocation-webhook: the admission webhook for colocated clusters.
 EXIT_CODES = {
     0: "done; review: the pod is admitted",
     1: "review: the pod is denied (the reason on stderr); audit: an object the rules would change or deny; "
-       "certs bootstrap: an API request failed (a Job retries)",
+       "certs bootstrap: an API request failed (a Job retries); policies --check: an applied profile policy is "
+       "missing, stale or left over",
     2: "unusable input: a flag, a file, a certificate, a kubeconfig, a port in use (one line on stderr names it)",
     130: "interrupted (Ctrl-C) before the work was done",
     141: "stdout closed by its reader before all was written (| head)",
@@ -408,13 +456,28 @@ def parser() -> argparse.ArgumentParser:
     audit.add_parser(sub, EXIT_CODES, _review_settings)
 
     pol = sub.add_parser("policies", help="print the stateless validating rules as a ValidatingAdmissionPolicy and "
-                         "its binding, for kubectl apply (Kubernetes 1.30+)", epilog=exit_codes(EXIT_CODES, 0, 141),
+                         "its binding, and a policy per colocation profile, for kubectl apply (Kubernetes 1.30+)",
+                         epilog=exit_codes(EXIT_CODES, 0, 1, 2, 141),
                          description="Print the validating rules that need no cluster state as one "
                                      "ValidatingAdmissionPolicy and its binding: what "
                                      "manifests/components/admission-policies holds (docs/deploy.md, \"Admission "
-                                     "policies\"). Offline; the apiserver enforces them while the webhook is down.")
+                                     "policies\"). With a cluster state, also a policy and binding per "
+                                     "ClusterColocationProfile that refuse the pods it matches unconverted. "
+                                     "Offline; the apiserver enforces them while the webhook is down.")
     pol.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
                      help="a YAML stream, or a JSON v1 List")
+    psrc = pol.add_mutually_exclusive_group()
+    psrc.add_argument("--cluster-state", type=Path, metavar="DIR",
+                      help="a folder of manifests: also print a policy and binding per ClusterColocationProfile, "
+                           "refusing its unconverted pods while the webhook is down")
+    psrc.add_argument("--kubeconfig", metavar="F", help="the same from this cluster's profiles (listed first)")
+    pol.add_argument("--sync-timeout", type=_seconds, default=30.0, metavar="S",
+                     help="with --kubeconfig: how long the first list may take")
+    pol.add_argument("--check", type=Path, metavar="FILE",
+                     help="instead of printing: compare with the applied profile policies and bindings in FILE "
+                          "(kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings -l "
+                          "app.kubernetes.io/component=profile-policy -o yaml; - reads stdin); exit 1 and list "
+                          "each one missing, stale or left over")
     pol.set_defaults(func=policies)
 
     c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service",
