@@ -112,24 +112,23 @@ def pod_level(spec: dict[str, Any]) -> tuple[dict[str, Decimal], dict[str, Decim
 def pod_requests(pod: dict[str, Any]) -> dict[str, Decimal]:
     """Effective pod requests as the scheduler and quota count them (k8s ``PodRequests``): the containers'
     aggregate, the pod-level requests in place of it for what they name, plus ``spec.overhead``."""
-    spec = pod.get("spec") or {}
-    total = aggregate_containers(spec, container_requests)
-    level = pod_level(spec) if "resources" in spec else None
-    if level is not None:
-        total.update(level[0])
-    _add_overhead(total, spec, every=True)
-    return total
+    return _effective(pod, container_requests, limits=False)
 
 
 def pod_limits(pod: dict[str, Any]) -> dict[str, Decimal]:
     """Effective pod limits (k8s ``PodLimits``): the containers' aggregate, the pod-level limits in place of it for
     what they name, plus ``spec.overhead`` on the resources that have a limit."""
+    return _effective(pod, container_limits, limits=True)
+
+
+def _effective(pod: dict[str, Any], per_container: Callable[[dict[str, Any]], dict[str, Decimal]],
+               limits: bool) -> dict[str, Decimal]:
     spec = pod.get("spec") or {}
-    total = aggregate_containers(spec, container_limits)
+    total = aggregate_containers(spec, per_container)
     level = pod_level(spec) if "resources" in spec else None
     if level is not None:
-        total.update(level[1])
-    _add_overhead(total, spec, every=False)
+        total.update(level[1] if limits else level[0])
+    _add_overhead(total, spec, every=not limits)
     return total
 
 
