@@ -380,6 +380,20 @@ def _review_settings(p: argparse.ArgumentParser) -> None:
                    help="a review whose JSONPatch would be larger is denied with a 400")
 
 
+def _state_flags(p: argparse.ArgumentParser, state_help: str, kubeconfig_help: str,
+                 in_cluster_help: str | None = None) -> None:
+    """Where a command reads its cluster state: ``--cluster-state DIR``, ``--kubeconfig F`` or (where it takes it)
+    ``--in-cluster``, one of them, and how long a cluster's first list may take."""
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--cluster-state", type=Path, metavar="DIR", help=state_help)
+    source.add_argument("--kubeconfig", metavar="F", help=kubeconfig_help)
+    if in_cluster_help is not None:
+        source.add_argument("--in-cluster", action="store_true", help=in_cluster_help)
+    p.add_argument("--sync-timeout", type=_seconds, default=30.0, metavar="S",
+                   help=f"with --kubeconfig{' or --in-cluster' if in_cluster_help else ''}: how long the first list "
+                        "may take")
+
+
 def parser() -> argparse.ArgumentParser:
     p, sub = program_parser("colocation-webhook", DESCRIPTION, EXIT_CODES)
 
@@ -435,15 +449,9 @@ def parser() -> argparse.ArgumentParser:
                                    "the apiserver would. Exit 0 when admitted, 1 when denied, 2 on unusable input.")
     r.add_argument("file", type=Path, metavar="FILE",
                    help="a Pod manifest or an AdmissionReview (YAML or JSON); - reads stdin")
-    rsrc = r.add_mutually_exclusive_group()
-    rsrc.add_argument("--cluster-state", type=Path, metavar="DIR",
-                      help="a folder of manifests (default, with no source flag: the embedded example state, "
-                           "in a cluster too)")
-    rsrc.add_argument("--kubeconfig", metavar="F", help="list this cluster's state (every kind) before the review")
-    rsrc.add_argument("--in-cluster", action="store_true",
-                      help="list the state of the cluster this runs in (its ServiceAccount) before the review")
-    r.add_argument("--sync-timeout", type=_seconds, default=30.0, metavar="S",
-                   help="with --kubeconfig or --in-cluster: how long the first list may take")
+    _state_flags(r, "a folder of manifests (default, with no source flag: the embedded example state, in a cluster "
+                    "too)", "list this cluster's state (every kind) before the review",
+                 "list the state of the cluster this runs in (its ServiceAccount) before the review")
     _review_settings(r)
     r.add_argument("--operation", choices=("CREATE", "UPDATE"),
                    help="the request's operation (default: UPDATE with --old, else CREATE)")
@@ -466,13 +474,9 @@ def parser() -> argparse.ArgumentParser:
                                      "Offline; the apiserver enforces them while the webhook is down.")
     pol.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
                      help="a YAML stream, or a JSON v1 List")
-    psrc = pol.add_mutually_exclusive_group()
-    psrc.add_argument("--cluster-state", type=Path, metavar="DIR",
-                      help="a folder of manifests: also print a policy and binding per ClusterColocationProfile, "
-                           "refusing its unconverted pods while the webhook is down")
-    psrc.add_argument("--kubeconfig", metavar="F", help="the same from this cluster's profiles (listed first)")
-    pol.add_argument("--sync-timeout", type=_seconds, default=30.0, metavar="S",
-                     help="with --kubeconfig: how long the first list may take")
+    _state_flags(pol, "a folder of manifests: also print a policy and binding per ClusterColocationProfile, "
+                      "refusing its unconverted pods while the webhook is down",
+                 "the same from this cluster's profiles (listed first)")
     pol.add_argument("--check", type=Path, metavar="FILE",
                      help="instead of printing: compare with the applied profile policies and bindings in FILE "
                           "(kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings -l "
