@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import gc
 import json
 import os
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -278,3 +280,12 @@ def test_a_large_review_forks_no_process(server: Server, monkeypatch: pytest.Mon
     children = [c for t in Path(f"/proc/{os.getpid()}/task").iterdir() for c in (t / "children").read_text().split()]
     assert (forks, children) == ([], [])
     assert 'controller_runtime_webhook_requests_total{code="200",webhook="/validate"} 1.0' in server.metrics()
+
+
+def test_a_large_review_leaves_the_process_settings_as_they_were(server: Server) -> None:
+    """The collector is paused and the GIL switch interval shortened while a large review is evaluated: both are
+    the whole process's, and are back once it is answered."""
+    before = (gc.isenabled(), sys.getswitchinterval())
+    with server.client() as c:
+        assert c.post("/mutate", content=json.dumps(big_review(200_000))).status_code == 200
+    assert (gc.isenabled(), sys.getswitchinterval()) == before == (True, pytest.approx(0.005))
