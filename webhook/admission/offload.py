@@ -12,7 +12,7 @@ This replaced a child process forked from this process for each burst. The proce
 loop's, the state's watches, this one), and a child forked from it may inherit a lock another thread held at that
 moment, held for good (Python 3.12 warns of it). Measured with bench/hostile_load.py at 10 000 namespaces under
 256Mi (docs/benchmarks.md), the thread peaks lower than the child did (45-49 % of the limit against 56-64 %: the
-child's copied pages counted against the pod too) and keeps a few MiB more after a burst; /healthz and the small
+child's copied pages counted against the pod too) and keeps 6-18 MiB more after a burst; /healthz and the small
 reviews wait longer during one, the GIL being shared, still far inside the probes' and the apiserver's timeouts.
 """
 
