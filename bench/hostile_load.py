@@ -148,8 +148,8 @@ async def ordinary_reviews(port: int, ctx: ssl.SSLContext, body: bytes, watch: W
 
 class Memory:
     """The server's memory as its pod's cgroup would count it: a memory cgroup of its own (cgroup v1, needs
-    root), so the child process it forks for large reviews counts too, shared pages once; else, without
-    root, the RSS of the process and its children added up (an overestimate: shared pages count twice)."""
+    root), any child process counted too, shared pages once; else, without root, the RSS of the process and its
+    children added up (an overestimate: shared pages count twice)."""
 
     def __init__(self) -> None:
         self.path: Path | None = None

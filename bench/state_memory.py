@@ -11,8 +11,8 @@ last-applied annotation, a namespace's spec and status, a quota's used counts) r
 
 `serve` turns ready, and its resident memory (VmRSS) is read after a few seconds of quiet. With ``--burst N``,
 N large reviews (bench/hostile_load.py's ``at-the-caps``: 1 000 containers, 3 MB) are then sent at once, 3 rounds
-3 s apart, and the peak is read as the pod's memory cgroup counts it (the server with the child it forks for large
-reviews; bench/hostile_load.py's ``Memory``: a cgroup of its own when run as root, else RSS added up).
+3 s apart, and the peak is read as the pod's memory cgroup counts it (bench/hostile_load.py's ``Memory``: a cgroup
+of its own when run as root, else RSS added up).
 
     python bench/state_memory.py [--sizes 1000,10000,50000] [--profiles 1000] [--classes 206]
                                  [--source live|files] [--format yaml|json] [--burst 8]

@@ -12,29 +12,23 @@ with a middleware around the dispatcher, that path is off and every review comes
 The dispatcher also bounds what reviews may cost the process (``EdgePolicy``): past ``max_in_flight`` reviews at
 once, or ``max_large_in_flight`` large ones (a body over ``large_body_bytes``), it answers 429 with
 ``Retry-After`` (Kubernetes' REST client, which the apiserver calls webhooks with, waits and retries on that).
-Large reviews are answered one at a time by a child process forked when a burst of them begins and ended with
-it (``webhook.admission.offload`` says why a thread is not enough), through one worker thread that waits on it,
-so the event loop keeps answering /healthz and the small reviews meanwhile; small ones stay inline, where any
-hand-off would cost more than the review. After the burst, glibc is asked to give back the heap that held the
-bodies (``malloc_trim``): otherwise the process keeps its peak size.
+Large reviews are answered one at a time in one worker thread (``webhook.admission.offload``), so the event loop
+keeps answering /healthz and the small reviews meanwhile; small ones stay inline, where any hand-off would cost
+more than the review.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.admission.domain.memory_budget import memory_refusal
 from webhook.admission.memory import MemoryCgroup
-from webhook.admission.offload import ForkedWorker
+from webhook.admission.offload import LargeReviews
 from webhook.admission.review import MAX_BODY_BYTES, REVIEW_PATHS, Endpoint
-from webhook.admission.service import Answer, Evaluation, ReviewService, error_body
-from webhook.cluster.files import malloc_trim
+from webhook.admission.service import Answer, ReviewService, error_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -44,7 +38,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Middleware = Callable[[ASGIApp], ASGIApp]
 
 RETRY_AFTER_SECONDS = 1  # the apiserver's webhook timeout is a few seconds: one retry fits
-log = logging.getLogger("webhook.admission")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +47,7 @@ class EdgePolicy:
 
     max_in_flight: int = 32          # reviews being read or answered at once; one more is answered 429
     max_large_in_flight: int = 8     # of them, large ones; each holds its body (up to 3 MiB) while it waits
-    large_body_bytes: int = 64 * 1024  # above this a review is answered by the burst's child process
+    large_body_bytes: int = 64 * 1024  # above this a review is answered in the worker thread
     memory: MemoryCgroup | None = None   # the pod's memory cgroup: a large review that would not fit waits (429)
 
 
@@ -140,9 +133,7 @@ class ReviewDispatcher:
         self.in_flight = 0
         self.large_in_flight = 0
         self._large_sizes: list[int] = []   # the body sizes of the large reviews in flight, for the memory budget
-        self._worker: ThreadPoolExecutor | None = None
-        self._forked: ForkedWorker | None = None
-        self._trim = malloc_trim()
+        self._large = LargeReviews(service)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         endpoint = REVIEW_PATHS.get(scope["path"]) if scope["type"] == "http" else None
@@ -189,14 +180,14 @@ class ReviewDispatcher:
                 self._large_sizes.append(size)
             if not large:
                 return await _send(send, self.service.answer(endpoint, body))
-            return await _send(send, await self._answer_in_worker(endpoint, body))
+            return await _send(send, await self._large.answer(endpoint, body))
         finally:  # after the answer went out: its buffers are free too
             self.in_flight -= 1
             if large:
                 self.large_in_flight -= 1
                 self._large_sizes.remove(size)
                 if self.large_in_flight == 0:  # the burst is over: give back the memory it took
-                    asyncio.get_running_loop().run_in_executor(self._executor(), self._end_burst)
+                    self._large.end_burst()
 
     def refusal(self, certificate_error: str | None, length: int | None) -> Answer | None:
         """The answer that refuses a review before its body is read (a client certificate missing where one is
@@ -220,7 +211,7 @@ class ReviewDispatcher:
     # answered once its body has arrived; one that is refused is answered at once, from ``refusal``.
     def inline_size(self, length: int | None) -> bool:
         """Whether a review of this Content-Length may take the inline path: known, and small (a large one goes
-        to the forked child, which only the ASGI path awaits)."""
+        to the worker thread, which only the ASGI path awaits)."""
         return length is not None and length <= self.policy.large_body_bytes and length <= MAX_BODY_BYTES
 
     def enter_inline(self, path: str) -> float:
@@ -256,41 +247,6 @@ class ReviewDispatcher:
 
     def _large_busy(self) -> Answer:
         return _busy(f"{self.large_in_flight} large reviews are in flight, the limit (--max-large-in-flight)")
-
-    async def _answer_in_worker(self, endpoint: Endpoint, body: bytes) -> Answer:
-        loop = asyncio.get_running_loop()
-        evaluation = await loop.run_in_executor(self._executor(), self._evaluate_large, endpoint, body)
-        return self.service.record(evaluation)
-
-    def _evaluate_large(self, endpoint: Endpoint, body: bytes) -> Evaluation:
-        """In the worker thread: the review answered by the burst's child process, forked on its first one (or
-        again after one failed). When no process can be forked (a pids limit), here, in this thread."""
-        if self._forked is not None and not self._forked.alive:
-            self._forked.close()
-            self._forked = None
-        if self._forked is None:
-            try:
-                self._forked = ForkedWorker(self.service)
-            except OSError as exc:
-                log.warning("cannot fork a process for large reviews (%s); answering this one in the server", exc)
-                return self.service.evaluate(endpoint, body)
-        return self._forked.evaluate(endpoint, body)
-
-    def _end_burst(self) -> None:
-        """In the worker thread, after the last large review of a burst: the child exits with all it allocated,
-        and glibc hands back the heap this process grew holding the bodies."""
-        if self._forked is not None:
-            self._forked.close()
-            self._forked = None
-        if self._trim is not None:
-            self._trim(0)
-
-    def _executor(self) -> ThreadPoolExecutor:
-        # One thread, one child: the pod has one CPU, so a second would only hold a second review's memory at
-        # the same time.
-        if self._worker is None:
-            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-review")
-        return self._worker
 
 
 def answer_headers(answer: Answer) -> list[tuple[bytes, bytes]]:

@@ -1,115 +1,77 @@
-"""Large reviews answered in a child process, forked when a burst of them begins and gone when it ends.
+"""Large reviews (a body over the dispatcher's ``large_body_bytes``) answered off the event loop: one at a time, in
+one worker thread of this process, with no other process involved.
 
-A 3 MiB review is a few hundred thousand Python objects. Answered in this process, even in a thread, it costs
-the event loop twice over: ``orjson`` builds them holding the GIL (30-100 ms a review, longer than /healthz may
-wait), and the small-object allocator keeps the arenas they filled wherever one long-lived object landed among
-them, so the process stays 10-25 % above its idle size after every burst (measured; glibc's ``malloc_trim``
-cannot reach them). A child process has neither problem: it has its own GIL, and what it allocated goes back to
-the system, all of it, when it exits.
+A 3 MiB review is a few hundred thousand Python objects. Decoded and answered on the event loop, it would stop
+/healthz and the small reviews for the whole of it; in a thread, the rules' Python code hands the GIL over
+whenever the loop asks, and the loop waits at most one C call that holds it: msgspec decoding the body (15-70 ms
+for 3 MB on a loaded core) or the decoded review freed. One thread, not a pool: the pod has one CPU, and a second
+would only hold a second decoded review in memory at the same time. When the last large review of a burst is
+answered, the memory it took is handed back (``_give_back``).
 
-``os.fork`` gives the child this process's cluster state, settings and rules as they are at that moment, with
-nothing to copy or keep in sync; a burst lasts a second or two. The child closes every file it inherited
-except its end of the pipe and stdio (it must not hold the server's sockets open), restores the default signal
-handlers, and answers the reviews it is sent one at a time with ``ReviewService.evaluate``; this process counts
-each answer in its metrics (``ReviewService.record``). The rules log in the child as they would here (stderr is
-shared). If the child dies, the reviews in flight get a 500 and the next burst forks a new one.
+This replaced a child process forked from this process for each burst. The process runs threads (the event
+loop's, the state's watches, this one), and a child forked from it may inherit a lock another thread held at that
+moment, held for good (Python 3.12 warns of it). Measured with bench/hostile_load.py at 10 000 namespaces under
+256Mi (docs/benchmarks.md), the thread peaks lower than the child did (45-49 % of the limit against 56-64 %: the
+child's copied pages counted against the pod too) and keeps 6-18 MiB more after a burst; /healthz and the small
+reviews wait longer during one, the GIL being shared, still far inside the probes' and the apiserver's timeouts.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import gc
-import logging
-import os
-import pickle
-import signal
-from dataclasses import replace
-from multiprocessing import Pipe
-from multiprocessing.connection import Connection
+import sys
+from concurrent.futures import ThreadPoolExecutor
 
 from webhook.admission.review import Endpoint
-from webhook.admission.service import INTERNAL_ERROR, Answer, Evaluation, ReviewService, error_body
+from webhook.admission.service import Answer, Evaluation, ReviewService
+from webhook.cluster.files import collector_paused, malloc_trim
 
-log = logging.getLogger("webhook.admission.offload")
-CHILD_NICENESS = 10
-CHILD_TIMEOUT_SECONDS = 30.0  # ten times the apiserver's timeout: a child this late is stuck, and is killed
+SWITCH_SECONDS = 0.0005  # sys.setswitchinterval while a large review is evaluated (the default: 0.005)
 
 
-class ForkedWorker:
-    """One child process answering large reviews for ``service``. ``evaluate`` blocks (call it from a thread),
-    one caller at a time; ``close`` ends the child. ``alive`` turns False when the child failed: the caller then
-    closes this one and forks another."""
+class LargeReviews:
+    """Answers large reviews for ``service`` in its one worker thread (started with the first one), counted in
+    its metrics on the event loop; ``end_burst`` after the last of a burst hands the memory back."""
 
     def __init__(self, service: ReviewService) -> None:
         self.service = service
-        self._conn, child = Pipe(duplex=True)
-        self.pid = os.fork()
-        if self.pid == 0:  # the child: never returns
-            _child_main(child, service)
-        child.close()
-        self.alive = True
+        self._worker: ThreadPoolExecutor | None = None
+        self._trim = malloc_trim()
 
-    def evaluate(self, endpoint: Endpoint, body: bytes) -> Evaluation:
+    async def answer(self, endpoint: Endpoint, body: bytes) -> Answer:
+        """The answer to one large review (``ReviewService.answer``), evaluated in the worker thread."""
+        evaluation = await asyncio.get_running_loop().run_in_executor(self._executor(), self._evaluate, endpoint, body)
+        return self.service.record(evaluation)  # here: the metrics are updated from the event loop only
+
+    def _evaluate(self, endpoint: Endpoint, body: bytes) -> Evaluation:
+        # Meanwhile the cyclic collector is paused: the review's objects hold no cycles and reference counting
+        # frees them, but each collection the decoding set off would trace all of them so far, holding the GIL.
+        # And the GIL goes to the event loop's thread 0.5 ms after it asks, not 5: /healthz or a small review asks
+        # several times (each callback of the connection), and waited that long each time.
+        previous = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_SECONDS)
         try:
-            self._conn.send_bytes(pickle.dumps((endpoint, body), protocol=pickle.HIGHEST_PROTOCOL))
-            if not self._conn.poll(CHILD_TIMEOUT_SECONDS):
-                raise TimeoutError(f"no answer within {CHILD_TIMEOUT_SECONDS} s")
-            evaluation = pickle.loads(self._conn.recv_bytes())
-        except (OSError, EOFError) as exc:  # TimeoutError is an OSError
-            self.alive = False
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self.pid, signal.SIGKILL)
-            log.error("the process answering large reviews (pid %d) failed: %s; the review gets a 500",
-                      self.pid, exc or type(exc).__name__)
-            answer = Answer(500, error_body(500, INTERNAL_ERROR))
-            return Evaluation(answer, endpoint, "unknown", "error", 0.0)
-        if not isinstance(evaluation, Evaluation):  # from our own child; never expected
-            raise TypeError(f"unexpected reply from the review process: {type(evaluation).__name__}")
-        return evaluation
+            with collector_paused():
+                return self.service.evaluate(endpoint, body)
+        finally:
+            sys.setswitchinterval(previous)
 
-    def close(self) -> None:
-        """End the child (it exits when its pipe closes) and reap it."""
-        self._conn.close()
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(self.pid, 0)
+    def end_burst(self) -> None:
+        """No large review is in flight any more: give the memory the burst took back to the system, in the worker
+        thread (behind any review queued there meanwhile)."""
+        asyncio.get_running_loop().run_in_executor(self._executor(), self._give_back)
 
+    def _give_back(self) -> None:
+        # A full collection empties the interpreter's free lists (dicts, lists, tuples, floats): the last of the
+        # review's objects freed wait there, one or two in each 1 MiB arena of the small-object allocator, and keep
+        # the arena from going back (three bursts of bench/hostile_load.py's reviews kept 17-19 arenas without it,
+        # 3-11 with it). It traces only what came after start-up (``gc.freeze``): 2-7 ms at 10 000 namespaces.
+        gc.collect()
+        if self._trim is not None:
+            self._trim(0)
 
-def _child_main(conn: Connection, service: ReviewService) -> None:
-    status = 1
-    try:
-        keep = {0, 1, 2, conn.fileno()}
-        signal.set_wakeup_fd(-1)
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            signal.signal(sig, signal.SIG_DFL)
-        for name in os.listdir("/proc/self/fd") if os.path.isdir("/proc/self/fd") else ():
-            fd = int(name)
-            if fd not in keep:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        # Below the server in the CPU's queue: /healthz and the small reviews go first when both want the CPU
-        # (the pod has one); the large reviews take what is left.
-        os.nice(CHILD_NICENESS)
-        # Short-lived, and a review makes no reference cycles: the cyclic collector would only trace (and
-        # copy, page by page) everything inherited.
-        gc.disable()
-        while True:
-            try:
-                endpoint, body = pickle.loads(conn.recv_bytes())
-            except EOFError:
-                break
-            conn.send_bytes(pickle.dumps(_lean(service.evaluate(endpoint, body)), protocol=pickle.HIGHEST_PROTOCOL))
-        status = 0
-    except BaseException:  # nothing may escape into the parent's event loop, which this copy holds
-        log.exception("the process answering large reviews failed")
-    finally:
-        logging.shutdown()
-        os._exit(status)
-
-
-def _lean(evaluation: Evaluation) -> Evaluation:
-    """What the parent needs: the answer's body and what ``record`` counts. The patch is in the body already;
-    as Python objects it would only cost the parent time under the GIL to unpickle (up to 1 MiB of ops)."""
-    decision = evaluation.answer.decision
-    if decision is None or not decision.patch:
-        return evaluation
-    return replace(evaluation, answer=replace(evaluation.answer, decision=replace(decision, patch=[])))
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="large-review")
+        return self._worker

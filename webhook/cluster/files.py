@@ -182,10 +182,11 @@ def _refused(origin: Origin, why: str) -> StateFileError:
 
 
 @contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while files load: parsing makes millions of containers and no cycles, and
-    each full collection would trace everything parsed so far (a folder of 10 000 namespaces as one List: 4x the
-    time). Counted, so loads in two threads do not turn it back on under each other."""
+def collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector off while files load (or a large review is decoded and answered,
+    ``webhook.admission.offload``): parsing makes millions of containers and no cycles, and each full collection
+    would trace everything parsed so far (a folder of 10 000 namespaces as one List: 4x the time). Counted, so
+    pauses in two threads do not turn it back on under each other."""
     global _PAUSES
     with _PAUSE_LOCK:
         if _PAUSES == 0:
@@ -228,7 +229,7 @@ def _load(folder: Path, locate: str | None = None, read: Iterable[str] = tuple(K
     # The types of the webhook's kinds (a cluster has thousands of those objects) looked up before the parse; a
     # node's pods and the node are few, and their types many (150 modules of the client, 7 MiB).
     prepare(k for k in read if k in WEBHOOK_KINDS)
-    with _collector_paused():
+    with collector_paused():
         frozen = pickle.dumps(_parse(folder, locate, read), protocol=pickle.HIGHEST_PROTOCOL)
         loaded: _Loaded = pickle.loads(frozen)
     del frozen

@@ -3,10 +3,11 @@ apiserver's client retries) before it pushes the pod past its limit, where the k
 busy cluster at the same moment.
 
 The cost model, from bench/hostile_load.py (docs/benchmarks.md): the server holds each large review's body while
-it waits its turn (the chunks read and the joined copy), and the burst's child process decodes and answers them one
-at a time, so it grows by one decoded review, the largest. The cgroup's usage, read when a review arrives, lags
-behind the reviews already let in (their bodies are still arriving, the child has not grown yet), so what those
-will take is counted on top of it: a burst is measured against the limit as a whole, not one review at a time.
+it waits its turn (the chunks read and the joined copy), and decodes and answers them one at a time
+(``webhook.admission.offload``), so it grows by one decoded review, the largest. The cgroup's usage, read when a
+review arrives, lags behind the reviews already let in (their bodies are still arriving, none decoded yet), so what
+those will take is counted on top of it: a burst is measured against the limit as a whole, not one review at a
+time.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from collections.abc import Iterable
 
 # Bytes the server holds per byte of each large review in flight: the chunks and the joined body (2), and a margin.
 HELD = 3
-# Bytes the child takes per byte of the review it decodes: 8 reviews of 3.1 MB at once took 110-115 MiB above idle,
-# about 50 of it held bodies, the rest the child decoding one 3.1 MB pod of 23 500 containers: about 19 a byte.
+# Bytes taken per byte of the review being decoded: 8 reviews of 3.1 MB at once took 110-115 MiB above idle when a
+# forked child decoded them, about 50 of it held bodies, the rest the child decoding one 3.1 MB pod of 23 500
+# containers: about 19 a byte. Decoded in the server's worker thread the burst takes 45-55 MiB above idle: kept as
+# the margin.
 DECODED = 20
 SHARE = 0.75   # of the limit, the most a burst may bring the pod's usage to
 MIB = 1024 * 1024
