@@ -27,7 +27,7 @@ from uvicorn.server import ServerState  # noqa: E402
 from bench.asgi_inprocess import best_per_call, review_and_state  # noqa: E402
 from bench.echo_app import app as echo  # noqa: E402
 from webhook.admission.app import create_server  # noqa: E402
-from webhook.admission.asgi import ServeOptions  # noqa: E402
+from webhook.admission.asgi import ReviewDispatcher, ServeOptions  # noqa: E402
 from webhook.admission.serving import GuardedProtocol  # noqa: E402
 
 
@@ -69,8 +69,7 @@ async def measure(protocol_class: type[HttpToolsProtocol], app: Any, path: str, 
     config = uvicorn.Config(app, http=protocol_class, log_config=None, access_log=False, lifespan="off",
                             server_header=False)
     config.load()
-    loop = asyncio.get_running_loop()
-    protocol = protocol_class(config=config, server_state=ServerState(), app_state={}, _loop=loop)
+    protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
     transport = Transport()
     protocol.connection_made(transport)
     data = request(path, body)
@@ -90,7 +89,8 @@ async def measure(protocol_class: type[HttpToolsProtocol], app: Any, path: str, 
 def main() -> int:
     args, body, state = review_and_state(__doc__)
     server = create_server(state)
-    ours = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle, server.asgi)
+    assert isinstance(server.asgi, ReviewDispatcher)
+    ours = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle, server.asgi.gate)
     print(f"review: {args.review.name} ({len(body)} bytes); µs of CPU per request through the HTTP protocol, "
           "best of 5 batches")
     for path in ("/mutate", "/validate"):
