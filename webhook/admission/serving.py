@@ -233,8 +233,10 @@ class GuardedProtocol(HttpToolsProtocol):
         if isinstance(inline, Ticket):
             gate = self.gate
             assert gate is not None  # only it lets a review in
+            body = b"".join(self._chunks)
+            self._chunks.clear()  # the body is not kept until the connection's next request
             try:
-                answer = gate.answer(inline, b"".join(self._chunks))
+                answer = gate.answer(inline, body)
             finally:
                 gate.leave(inline)
             self._respond(answer)
@@ -259,7 +261,7 @@ class GuardedProtocol(HttpToolsProtocol):
         path, endpoint = review_path
         inline = self._inline = gate.admit(path, endpoint, certificate_error(self._tls), length)
         if isinstance(inline, Ticket):
-            self._chunks = []
+            self._chunks.clear()
         else:  # refused: answered now, as the ASGI path does; its body is read and dropped
             self._respond(inline)
         return True
