@@ -260,9 +260,7 @@ class GuardedProtocol(HttpToolsProtocol):
             return False
         path, endpoint = review_path
         inline = self._inline = gate.admit(path, endpoint, certificate_error(self._tls), length)
-        if isinstance(inline, Ticket):
-            self._chunks.clear()
-        else:  # refused: answered now, as the ASGI path does; its body is read and dropped
+        if not isinstance(inline, Ticket):  # refused: answered now, as the ASGI path does; its body is dropped
             self._respond(inline)
         return True
 
