@@ -22,7 +22,7 @@ from uvicorn.server import ServerState
 from tests.conftest import load_fixture
 from tests.serving import Server, recording, run_server, tls
 from webhook.admission.app import create_server
-from webhook.admission.asgi import EdgePolicy, ServeOptions
+from webhook.admission.asgi import EdgePolicy, ReviewDispatcher, ServeOptions
 from webhook.admission.serving import GuardedProtocol
 from webhook.cluster.state import ClusterState
 
@@ -276,12 +276,12 @@ class _Transport(asyncio.Transport):
 def test_a_client_that_reads_no_answers_is_read_no_further_until_it_does(example_state: ClusterState) -> None:
     async def run() -> None:
         server = create_server(example_state)
+        assert isinstance(server.asgi, ReviewDispatcher)
         protocol_class = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle,
-                                                server.asgi)  # type: ignore[arg-type]  # the dispatcher itself
+                                                server.asgi.gate)
         config = uvicorn.Config(server.asgi, http=protocol_class, log_config=None, lifespan="off")
         config.load()
-        protocol = protocol_class(config=config, server_state=ServerState(), app_state={},
-                                  _loop=asyncio.get_running_loop())
+        protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
         transport = _Transport()
         protocol.connection_made(transport)
         protocol.data_received(request("/validate", review("a")))

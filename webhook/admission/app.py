@@ -1,6 +1,6 @@
 """The FastAPI app (/healthz, /readyz, and the review routes for OpenAPI and mounted use), ``create_server``, which
 puts the review dispatcher in front of it (what ``serve`` runs on the admission port), and ``metrics_app``, what
-the metrics port serves."""
+the metrics port serves. The review routes and the dispatcher share one ``ReviewGate``."""
 
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ from webhook.admission.asgi import (
     EdgePolicy,
     Lifecycle,
     Middleware,
+    Receive,
     ReviewDispatcher,
+    ReviewGate,
     Scope,
     Send,
-    review_answer,
+    review_over_asgi,
 )
 from webhook.admission.context import Settings
 from webhook.admission.review import AdmissionReview, Endpoint
@@ -51,33 +53,41 @@ _REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+class _ReviewResponse(Response):
+    """A review route's answer, given as the dispatcher gives it (``review_over_asgi``, through the same gate):
+    FastAPI sends a Response a route returns by calling it as an ASGI app, and the route has not read the body."""
+
+    def __init__(self, gate: ReviewGate, path: str, endpoint: Endpoint) -> None:
+        super().__init__()
+        self.gate, self.path, self.endpoint = gate, path, endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await review_over_asgi(self.gate, self.path, self.endpoint, scope, receive, send)
+
+
 def create_app(state: ClusterState, settings: Settings | None = None,
                service: ReviewService | None = None, openapi: bool = False,
-               lifecycle: Lifecycle | None = None) -> FastAPI:
+               lifecycle: Lifecycle | None = None, gate: ReviewGate | None = None) -> FastAPI:
     """``openapi``: serve /openapi.json and /docs (``serve --openapi``); off by default, they tell a caller
-    everything about the server and nothing the apiserver needs. ``lifecycle``: /readyz is 503 while it drains."""
-    service = service or ReviewService(state, settings)
+    everything about the server and nothing the apiserver needs. ``lifecycle``: /readyz is 503 while it drains.
+    ``gate``: the one the dispatcher in front uses (``create_server``); by default one of the app's own."""
+    service = gate.service if gate is not None else service or ReviewService(state, settings)
+    reviews = gate or ReviewGate(service)
     life = lifecycle or Lifecycle()
     app = FastAPI(title="colocation-webhook", version=__version__, redoc_url=None,
                   openapi_url="/openapi.json" if openapi else None, docs_url="/docs" if openapi else None)
     app.state.service = service
 
-    async def via_fastapi(request: Request, endpoint: Endpoint) -> Response:
-        # Reached when the dispatcher is not in front, e.g. this app mounted under a path prefix.
-        answer = await review_answer(service, endpoint, request.scope, request.receive)
-        if answer is None:
-            return _error(400, "the client closed the connection")
-        return Response(answer.body, status_code=answer.status, media_type=JSON)
-
+    # Reached when the dispatcher is not in front, e.g. this app mounted under a path prefix: the same gate.
     @app.post("/mutate", openapi_extra={"requestBody": _REVIEW_BODY}, responses=_REVIEW_RESPONSES)
-    async def mutate(request: Request) -> Response:
+    async def mutate() -> Response:
         """Mutating admission: colocation profiles, priority resolution, batch resources."""
-        return await via_fastapi(request, "mutate")
+        return _ReviewResponse(reviews, "/mutate", "mutate")
 
     @app.post("/validate", openapi_extra={"requestBody": _REVIEW_BODY}, responses=_REVIEW_RESPONSES)
-    async def validate(request: Request) -> Response:
+    async def validate() -> Response:
         """Validating admission: batch resource rules, Koordinator rules, PriorityClass quota presence."""
-        return await via_fastapi(request, "validate")
+        return _ReviewResponse(reviews, "/validate", "validate")
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:
@@ -137,13 +147,13 @@ def create_server(state: ClusterState, settings: Settings | None = None, middlew
                   policy: EdgePolicy | None = None, openapi: bool = False) -> WebhookServer:
     """The review service, the FastAPI app, and the dispatcher in front; ``middleware`` wraps the dispatcher
     (the first listed outermost), so it sees review requests too."""
-    service = ReviewService(state, settings)
+    gate = ReviewGate(ReviewService(state, settings), policy)
     lifecycle = Lifecycle()
-    app = create_app(state, settings, service, openapi=openapi, lifecycle=lifecycle)
-    asgi: ASGIApp = ReviewDispatcher(service, app, policy)
+    app = create_app(state, settings, openapi=openapi, lifecycle=lifecycle, gate=gate)
+    asgi: ASGIApp = ReviewDispatcher(gate, app)
     for wrap in reversed(middleware):
         asgi = wrap(asgi)
-    return WebhookServer(asgi, app, service, metrics_app(service.metrics.registry), lifecycle)
+    return WebhookServer(asgi, app, gate.service, metrics_app(gate.service.metrics.registry), lifecycle)
 
 
 def metrics_app(registry: CollectorRegistry) -> ASGIApp:

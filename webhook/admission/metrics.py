@@ -6,7 +6,7 @@ too slowly, the cache's sync state, the certificate, and ``build_info``. And the
 webhooks built on controller-runtime, with its names, labels and buckets (``webhook`` is the path,
 ``code`` the HTTP status): ``controller_runtime_webhook_requests_total``,
 ``controller_runtime_webhook_latency_seconds`` and ``controller_runtime_webhook_requests_in_flight``, measured at
-the HTTP edge (the dispatcher), so a review refused before the service (429, 408, 413) counts there too. The
+the HTTP edge (the review gate), so a review refused before the service (429, 403, 413) counts there too. The
 process and Python collectors (``process_*``, ``python_*``) are in the same registry.
 """
 

@@ -20,13 +20,18 @@ While the server drains (``Lifecycle.draining``, from the first SIGTERM), every 
 (``Connection: close``): the apiserver's next review opens a new connection, which the updated Service routes
 to a replica that stays, instead of reusing one to this replica until it is gone.
 
-A small review (a Content-Length up to the dispatcher's ``large_body_bytes``) does not go through ASGI at all: the
-protocol lets it in through the dispatcher's policy when its headers are read, collects its body, and writes the
-review service's answer in one write when the body is complete (the inline path; see ``_take_inline`` for what
-stays on uvicorn's path). uvicorn's keep-alive timeout after such an answer is one more deadline of the tick.
+A small review (a Content-Length up to the gate's ``large_body_bytes``) does not go through ASGI at all: the
+protocol lets it in through the review gate (``ReviewGate.admit``, the one way in every path takes) when its headers
+are read, collects its body, and writes the gate's answer in one write when the body is complete (the inline path;
+see ``_take_inline`` for what stays on uvicorn's path). uvicorn's keep-alive timeout after such an answer is one
+more deadline of the tick.
 
 The protocol also puts the ASGI TLS extension into each request's scope (``client_cert_chain``,
-``client_cert_name``, ``tls_version``), from which the dispatcher tells whether the client gave a certificate.
+``client_cert_name``, ``tls_version``), from which the gate tells whether the client gave a certificate.
+
+uvicorn is pinned to the minor series this was tested on (docs/architecture.md says why this protocol subclasses
+uvicorn's rather than replacing it), and ``tests/test_uvicorn_internals.py`` names every uvicorn internal used
+here and in ``webhook.tls.watch``: a uvicorn that moved one fails that test by the internal's name.
 
 ``AdmissionServer`` serves the admission port (TLS) and, on the same event loop, the metrics port: plain HTTP, as
 controller-runtime's metrics endpoint is, so a Prometheus needs no admission CA to scrape it.
@@ -43,13 +48,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import http
 import logging
 import signal
 import socket
 import ssl
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, ClassVar
@@ -57,21 +62,23 @@ from typing import Any, ClassVar
 import httptools
 import uvicorn
 from uvicorn.config import STARTUP_FAILURE
-from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
 from webhook.admission.app import WebhookServer
 from webhook.admission.asgi import (
     Lifecycle,
     ReviewDispatcher,
+    ReviewGate,
     ServeOptions,
+    Ticket,
     answer_headers,
     certificate_error,
     content_length,
 )
 from webhook.admission.metrics import Metrics
 from webhook.admission.review import REVIEW_PATHS, Endpoint
-from webhook.admission.service import INTERNAL_ERROR, Answer, error_body
+from webhook.admission.service import Answer
 from webhook.tls.policy import apply_policy
 from webhook.tls.watch import CertWatcher, WatchingServer
 
@@ -80,16 +87,8 @@ MAX_HEADER_BYTES = 64 * 1024  # the apiserver sends a few hundred bytes; Go's de
 TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}  # the ASGI TLS extension's tls_version values
 # the raw path as the parser gives it -> the path and its endpoint
 INLINE_PATHS: dict[bytes, tuple[str, Endpoint]] = {p.encode(): (p, e) for p, e in REVIEW_PATHS.items()}
-
-
-@dataclass(slots=True)
-class _InlineReview:
-    """A small review on the inline path, from its headers to its answer."""
-
-    endpoint: Endpoint
-    path: str
-    start: float                # perf_counter when it was let in
-    chunks: list[bytes] | None  # its body so far; None: refused, answered at once, the rest of its body dropped
+# Our own status lines (uvicorn's table is a module internal): every status http.HTTPStatus knows.
+STATUS_LINES = {int(s): b"HTTP/1.1 %d %s\r\n" % (s, s.phrase.encode()) for s in http.HTTPStatus}
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -100,7 +99,7 @@ class GuardedProtocol(HttpToolsProtocol):
     read_timeout: ClassVar[float] = 10.0
     metrics: ClassVar[Metrics | None] = None
     lifecycle: ClassVar[Lifecycle] = Lifecycle()
-    reviews: ClassVar[ReviewDispatcher | None] = None  # the admission port's: small reviews answered inline
+    gate: ClassVar[ReviewGate | None] = None  # the admission port's: small reviews answered inline
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -109,16 +108,19 @@ class GuardedProtocol(HttpToolsProtocol):
         self._started = 0.0          # loop time of the current request's first byte
         self._header_bytes = 0
         self._tls: dict[object, object] | None = None
-        self._review: _InlineReview | None = None
+        # The request on the inline path: let in (its Ticket; its body so far in _chunks), or refused (the Answer,
+        # written already; the rest of its body is dropped); None: on uvicorn's path, or no request.
+        self._inline: Ticket | Answer | None = None
+        self._chunks: list[bytes] = []
         self._last_answer = False    # the inline answer closes the connection (uvicorn's shutdown came first)
         self._reads_held = False     # reading paused until the client reads the answers written
 
     @classmethod
     def limits(cls, options: ServeOptions, metrics: Metrics | None, lifecycle: Lifecycle,
-               reviews: ReviewDispatcher | None = None) -> type[GuardedProtocol]:
+               gate: ReviewGate | None = None) -> type[GuardedProtocol]:
         return type("GuardedProtocol", (cls,), {"read_header_timeout": options.read_header_timeout,
                                                 "read_timeout": options.read_timeout, "metrics": metrics,
-                                                "lifecycle": lifecycle, "reviews": reviews})
+                                                "lifecycle": lifecycle, "gate": gate})
 
     # -- the deadlines ----------------------------------------------------------------------------
     def _arm(self, seconds: float, phase: str) -> None:
@@ -143,8 +145,8 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         if self.metrics is not None:
             self.metrics.read_timeout(phase)
-        cycle, review = self.cycle, self._review
-        answered = review.chunks is None if review is not None else cycle is not None and cycle.response_started
+        cycle, inline = self.cycle, self._inline
+        answered = isinstance(inline, Answer) if inline is not None else cycle is not None and cycle.response_started
         if phase == "headers" or not answered:
             self._refuse(408, f"the request {phase} did not arrive within "
                               f"{self.read_header_timeout if phase == 'headers' else self.read_timeout:g} s")
@@ -153,10 +155,9 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def _refuse(self, status: int, text: str) -> None:
         """A plain answer written straight to the socket, then the connection closes."""
-        reason = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}[status]
         body = text.encode()
-        self.transport.write(b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
-                             b"connection: close\r\n\r\n%s" % (status, reason, len(body), body))
+        self.transport.write(b"%scontent-type: text/plain; charset=utf-8\r\ncontent-length: %d\r\n"
+                             b"connection: close\r\n\r\n%s" % (STATUS_LINES[status], len(body), body))
         self.transport.close()
 
     # -- uvicorn's callbacks ---------------------------------------------------------------------------
@@ -167,9 +168,9 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
-        review, self._review = self._review, None
-        if review is not None and review.chunks is not None and self.reviews is not None:
-            self.reviews.leave_inline(review.path)  # its client went away before the body was complete
+        inline, self._inline = self._inline, None
+        if isinstance(inline, Ticket) and self.gate is not None:
+            self.gate.leave(inline)  # its client went away before the body was complete
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -208,62 +209,59 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._phase, self._due = "body", self._started + self.read_timeout
-        if self.reviews is not None and self._take_inline(self.reviews):
+        if self.gate is not None and self._take_inline(self.gate):
             return
         super().on_headers_complete()
         if self.lifecycle.draining and self.cycle is not None:
             self.cycle.keep_alive = False  # answered, then closed: the client's next call finds a staying replica
 
     def on_body(self, body: bytes) -> None:
-        review = self._review
-        if review is None:
+        inline = self._inline
+        if inline is None:
             super().on_body(body)
-        elif review.chunks is not None:
-            review.chunks.append(body)
+        elif isinstance(inline, Ticket):
+            self._chunks.append(body)
 
     def on_message_complete(self) -> None:
         self._disarm()
         self._phase = "done"
-        review = self._review
-        if review is None:
+        inline = self._inline
+        if inline is None:
             super().on_message_complete()
             return
-        self._review = None
-        if review.chunks is not None:
-            assert self.reviews is not None  # only it lets a review in
+        self._inline = None
+        if isinstance(inline, Ticket):
+            gate = self.gate
+            assert gate is not None  # only it lets a review in
+            body = b"".join(self._chunks)
+            self._chunks.clear()  # the body is not kept until the connection's next request
             try:
-                answer = self.reviews.answer_inline(review.endpoint, review.path, b"".join(review.chunks),
-                                                    review.start)
-            except Exception:  # the service never raises; should the edge, a 500 as uvicorn gives for an app
-                log.exception("answering a review on %s failed", review.path)
-                answer = Answer(500, error_body(500, INTERNAL_ERROR))
+                answer = gate.answer(inline, body)
+            finally:
+                gate.leave(inline)
             self._respond(answer)
         if not self.transport.is_closing():
             self._arm(self.timeout_keep_alive, "kept")  # uvicorn's keep-alive timeout, as a deadline
 
     # -- the inline path ------------------------------------------------------------------------------
-    # A small review (a known Content-Length up to the dispatcher's large_body_bytes) is answered here, from the
-    # parser's callbacks, by the dispatcher's own policy and the review service: no ASGI task, coroutine or
-    # message, no second write. Per review that is about a third of the rate (docs/benchmarks.md). Everything
-    # else (other paths, large or chunked bodies, Expect: 100-continue, a request pipelined behind one still
-    # being answered, a dispatcher wrapped in middleware) takes uvicorn's path to the ASGI app as before.
-    def _take_inline(self, reviews: ReviewDispatcher) -> bool:
+    # A small review (a known Content-Length up to the gate's large_body_bytes) is answered here, from the
+    # parser's callbacks, through the review gate every path takes: no ASGI task, coroutine or message, no second
+    # write. Per review that is about a third of the rate (docs/benchmarks.md). Everything else (other paths,
+    # large or chunked bodies, Expect: 100-continue, a request pipelined behind one still being answered, a
+    # dispatcher wrapped in middleware) takes uvicorn's path to the ASGI app as before.
+    def _take_inline(self, gate: ReviewGate) -> bool:
         cycle = self.cycle
         if ((cycle is not None and not cycle.response_complete) or self.expect_100_continue
                 or self.parser.should_upgrade() or self.parser.get_method() != b"POST"):
             return False
         review_path = INLINE_PATHS.get(httptools.parse_url(self.url).path)
         length = content_length(self.headers)
-        if review_path is None or not reviews.inline_size(length):
+        if review_path is None or not gate.inline_size(length):
             return False
         path, endpoint = review_path
-        refused = reviews.refusal(certificate_error(self._tls), length)
-        if refused is None:
-            self._review = _InlineReview(endpoint, path, reviews.enter_inline(path), [])
-        else:  # answered now, as the ASGI path does; its body is read and dropped
-            self._review = _InlineReview(endpoint, path, 0.0, None)
-            reviews.refused_inline(path, refused)
-            self._respond(refused)
+        inline = self._inline = gate.admit(path, endpoint, certificate_error(self._tls), length)
+        if not isinstance(inline, Ticket):  # refused: answered now, as the ASGI path does; its body is dropped
+            self._respond(inline)
         return True
 
     def _respond(self, answer: Answer) -> None:
@@ -271,7 +269,7 @@ class GuardedProtocol(HttpToolsProtocol):
         drain or a shutdown asks for it."""
         keep_alive = (not self.lifecycle.draining and not self._last_answer and self.parser.should_keep_alive()
                       and self.parser.get_http_version() != "1.0")
-        out = [STATUS_LINE[answer.status]]
+        out = [STATUS_LINES[answer.status]]
         for name, value in (*self.server_state.default_headers, *answer_headers(answer)):
             out += (name, b": ", value, b"\r\n")
         if not keep_alive:
@@ -292,7 +290,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self.flow.resume_reading()
 
     def shutdown(self) -> None:
-        if self._review is not None and self._review.chunks is not None:
+        if isinstance(self._inline, Ticket):
             self._last_answer = True  # its body is coming: answered, then closed (graceful shutdown waits for it)
             return
         super().shutdown()
@@ -355,8 +353,8 @@ class AdmissionServer(WatchingServer):
         metrics = webhook.service.metrics
         self.lifecycle = webhook.lifecycle
         # Reviews take the inline path unless a middleware wraps the dispatcher (it must see them).
-        reviews = webhook.asgi if isinstance(webhook.asgi, ReviewDispatcher) else None
-        protocol = GuardedProtocol.limits(options, metrics, webhook.lifecycle, reviews)
+        gate = webhook.asgi.gate if isinstance(webhook.asgi, ReviewDispatcher) else None
+        protocol = GuardedProtocol.limits(options, metrics, webhook.lifecycle, gate)
         config = uvicorn.Config(webhook.asgi, host=options.host, port=options.port, http=protocol,
                                 ssl_certfile=str(cert), ssl_keyfile=str(key), log_config=None, access_log=False,
                                 lifespan="off", server_header=False,
@@ -448,7 +446,7 @@ class AdmissionServer(WatchingServer):
                                  else {"host": mconfig.host, "port": mconfig.port})
         try:
             self.metrics_listener = await loop.create_server(
-                lambda: protocol(config=mconfig, server_state=state, app_state={}, _loop=loop), **where)
+                lambda: protocol(config=mconfig, server_state=state, app_state={}), **where)
         except OSError as exc:  # as uvicorn does for the admission port
             log.error("cannot listen on the metrics port (--metrics-port %d): %s", mconfig.port, exc.strerror or exc)
             sys.exit(STARTUP_FAILURE)

@@ -7,7 +7,7 @@ suite is AEAD, so OpenSSL's defaults stay for 1.3.
 With a client CA (``--client-ca-file``) the server asks every client for a certificate and verifies one that is
 given against that CA; one that does not verify fails the handshake. A client that gives none still connects
 (OpenSSL's CERT_OPTIONAL): the kubelet's HTTPS probes present no certificate, and /healthz and /readyz must answer
-them. The review paths then refuse such a connection (``ReviewDispatcher``), so only a client holding a
+them. The review paths then refuse such a connection (``ReviewGate``), so only a client holding a
 certificate from that CA, the apiserver, gets a review answered.
 """
 

@@ -29,7 +29,6 @@ import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from types import FrameType
 
 import uvicorn
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -213,13 +212,20 @@ class WatchingServer(uvicorn.Server):
         self.watcher = watcher
         self._watch_task: asyncio.Task[None] | None = None
 
-    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        # uvicorn re-raises a captured SIGTERM after its graceful shutdown, which kubelet and shells
-        # read as a crash (exit -15); a clean shutdown exits 0.
-        super().handle_exit(sig, frame)
-        captured = getattr(self, "_captured_signals", None)
-        if isinstance(captured, list):
-            captured.clear()
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        """What uvicorn's ``serve`` wraps the serving in: SIGTERM and SIGINT to ``handle_exit`` while it serves,
+        the previous handlers back after. uvicorn's own then raises the captured signal again, which kubelet and
+        shells read as a crash (exit -15): a clean shutdown exits 0."""
+        if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+            yield
+            return
+        previous = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)
