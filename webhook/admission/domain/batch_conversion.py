@@ -19,6 +19,7 @@ from webhook.core.quantity import (
     QuantityError,
     format_decimal_si,
     int_value,
+    is_whole_milli,
     milli_value,
     parse_quantity,
 )
@@ -333,7 +334,7 @@ def _odd_cpu(raw: object) -> str | None:
         return None
     if isinstance(raw, str) and raw[-2:] in BINARY_SUFFIXES:
         return f"({format_decimal_si(q)} cores)"
-    return None if milli_value(q) == q * 1000 else "(rounded up)"
+    return None if is_whole_milli(q) else "(rounded up)"
 
 
 def cpu_notes(lists: list[ResourceList], converted: set[tuple[str, int]], cpu_name: str) -> list[str]:
