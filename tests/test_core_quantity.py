@@ -7,7 +7,7 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.admission.domain.batch_conversion import cpu_notes
+from webhook.admission.domain.batch_conversion import conversion_notes
 from webhook.core.quantity import (
     canonical,
     format_decimal_si,
@@ -16,7 +16,7 @@ from webhook.core.quantity import (
     milli_value,
     parse_quantity,
 )
-from webhook.core.resources import BATCH_CPU, pod_requests, resource_lists
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, pod_requests, resource_lists
 
 THIRTY = "123456789012345678901234567890"
 # Whole numbers of up to 60 digits (the grammar's own limit is 80 significant digits at nano scale).
@@ -25,7 +25,7 @@ big_whole = st.integers(min_value=10**27, max_value=10**60)
 
 def _notes(cpu: str) -> list[str]:
     spec = {"containers": [{"name": "app", "resources": {"requests": {"cpu": cpu}}}]}
-    return cpu_notes(resource_lists(spec), {("containers", 0)}, BATCH_CPU)
+    return conversion_notes(resource_lists(spec), {("containers", 0)}, BATCH_CPU, BATCH_MEMORY)
 
 
 def test_a_thirty_digit_whole_cpu_converts_without_a_rounding_warning() -> None:

@@ -547,6 +547,36 @@ def test_odd_cpu_gets_a_warning_saying_what_it_becomes(name: str, prio: int, cpu
     assert not any("did you mean" in w or " 1k" in w or "50k" in w for w in warnings)
 
 
+ODD_MEMORY_CASES = [
+    # (name, priority, memory, converted name, converted value, warning or None): worded as the cpu rounding
+    ("milli-bytes", 5000, "100m", "kubernetes.io/batch-memory", "1",
+     'container "app": requests.memory "100m" is not whole bytes: batch-memory 1 (rounded up)'),
+    ("half a byte above one", 5000, "1.5", "kubernetes.io/batch-memory", "2",
+     'container "app": requests.memory "1.5" is not whole bytes: batch-memory 2 (rounded up)'),
+    ("mid band", 7000, "0.5k", "kubernetes.io/mid-memory", "500", None),
+    ("a fraction of a byte, mid band", 7000, "1.0001k", "kubernetes.io/mid-memory", "1001",
+     'container "app": requests.memory "1.0001k" is not whole bytes: mid-memory 1001 (rounded up)'),
+    ("binary suffix is whole", 5000, "512Mi", "kubernetes.io/batch-memory", "536870912", None),
+]
+
+
+@pytest.mark.parametrize("name,prio,memory,target,value,warning", ODD_MEMORY_CASES,
+                         ids=[c[0] for c in ODD_MEMORY_CASES])
+def test_fractional_memory_gets_the_rounding_warning(name: str, prio: int, memory: str, target: str, value: str,
+                                                     warning: str | None) -> None:
+    state = make_state(priority_class("custom", prio))
+    p = pod(requests={"memory": memory}, limits={"memory": memory}, priorityClassName="custom", priority=prio,
+            labels={"koordinator.sh/qosClass": "BE"})
+    _decision, out, checked, warnings = admit_both(p, state)
+    assert checked.allowed, checked.message
+    assert resources_of(out)["requests"] == {target: value}
+    notes = [w for w in warnings if not w.startswith("converted cpu/memory")]
+    where = warning.split(": ", 1) if warning else None
+    # requests and limits each say so, with the container and field named
+    assert notes == ([warning, f"{where[0]}: limits.{where[1][len('requests.'):]}"] if where else [])
+    assert all(len(w) < 120 for w in warnings)
+
+
 # -- batch resources: a small batch-cpu the user wrote ---------------------------------------------------
 SMALL_CASES = [
     ("2", ['container "app": batch-cpu "2" is 2 milli-cores, under a tenth of a core; for 2 cores write 2k']),
