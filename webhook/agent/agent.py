@@ -64,6 +64,10 @@ T = TypeVar("T")
 WRITES_REMEMBERED = 3   # the agent's own node-status writes a late watch may still show
 PRESSURE_CONDITION = "BEMemoryPressure"
 PRESSURE_REASON, NO_PRESSURE_REASON = "BEMemoryThresholdMet", "BEMemoryThresholdNotMet"
+# Both eviction capabilities off: the agent handles no memory pressure, so it claims neither True nor False. It
+# adds no condition to a node without one, and turns one an earlier run left into Unknown (a stale False would
+# say pressure is watched, a stale True would hold forever).
+EVICTION_DISABLED_REASON = "EvictionDisabled"
 CONFIG_EVENT_REASON, CONFIG_EVENT_ACTION = "ColocationCfgInvalid", "LoadConfig"
 
 
@@ -492,7 +496,11 @@ class Agent:
 
     def _condition(self, node: dict[str, Any] | None, pressure: bool) -> dict[str, str]:
         self.metrics.pressure.labels(self.node_name).set(1 if pressure else 0)
-        if pressure:
+        if not (self.on(Capability.MEMORY_EVICTION) or self.on(Capability.KUBELET_EVICTION)):
+            cond = {"type": PRESSURE_CONDITION, "status": "Unknown", "reason": EVICTION_DISABLED_REASON,
+                    "message": f"{Capability.MEMORY_EVICTION} and {Capability.KUBELET_EVICTION} are disabled: the "
+                               "agent handles no BE memory pressure"}
+        elif pressure:
             observed = [t.describe() for t in self.engine.first_observed]
             message = ("memory threshold met: " + ", ".join(observed) if observed else
                        f"memory threshold met within the last {self.options.transition_period:g}s transition period")
@@ -508,7 +516,7 @@ class Agent:
         on_node = next((c for c in ((node.get("status") or {}).get("conditions") or [])
                         if c.get("type") == PRESSURE_CONDITION), None)
         known = self.last_condition if self.last_condition is not None else (on_node or {}).get("status")
-        if known == cond["status"]:
+        if known == cond["status"] or (known is None and cond["reason"] == EVICTION_DISABLED_REASON):
             return
         stamp = _wall()
         body = {"status": {"conditions": [{**cond, "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}}
