@@ -14,6 +14,8 @@ from webhook.agent.domain.batch_allocatable import (
     needs_update,
     published,
     status_patch,
+    withheld,
+    zero_reason,
 )
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
 
@@ -58,6 +60,38 @@ def test_batch_allocatable(name: str, args: dict, cpu: int, memory: int) -> None
     r = batch_allocatable(**args)
     assert (r.cpu_milli, r.memory) == (cpu, memory)
     assert isinstance(r.cpu_milli, int) and isinstance(r.memory, int)
+
+
+ZERO_CASES = [
+    # (name, arguments over a 8-core 32Gi node with no pods, reasons)
+    ("nothing is 0", {}, ()),
+    ("no node capacity", dict(alloc_cpu_milli=0, alloc_memory=0),
+     ("batch-cpu 0: no node capacity (allocatable 0)", "batch-memory 0: no node capacity (allocatable 0)")),
+    ("a 0% threshold", dict(cpu_percent=0), ("batch-cpu 0: the reclaim threshold is 0%",)),
+    ("usage above the threshold", dict(node_cpu_milli=6000, pods=[hp(6000, 0)]),
+     ("batch-cpu 0: usage above the threshold (non-BE 6000 + system 0 >= allocatable 8000 × 65%)",)),
+]
+
+
+@pytest.mark.parametrize("name,args,reasons", ZERO_CASES, ids=[c[0] for c in ZERO_CASES])
+def test_a_zero_says_why(name: str, args: dict, reasons: tuple[str, ...]) -> None:
+    base = dict(alloc_cpu_milli=8000, alloc_memory=32 * GI, node_cpu_milli=0, node_memory=0, pods=[],
+                cpu_percent=65, memory_percent=65)
+    r = batch_allocatable(**{**base, **args})
+    assert r.zero == reasons
+    assert zero_reason(None, r, None) == ("; ".join(reasons) or None)
+
+
+def test_why_the_formula_does_not_run() -> None:
+    assert withheld(False, None, 0.0, 1.0, 15) == "colocation is off: no slo-controller-config ConfigMap (off by default)"
+    assert withheld(False, "koordinator-system/slo-controller-config", 0.0, 1.0, 15) == (
+        "colocation is disabled in slo-controller-config koordinator-system/slo-controller-config "
+        "(colocation-config enable, for this node)")
+    assert withheld(True, "ns/cm", None, 1.0, 15) == "no usage measured yet"
+    assert withheld(True, "ns/cm", 0.0, 16 * 60.0, 15) == "usage data older than 15 minutes (degradeTimeMinutes)"
+    assert withheld(True, "ns/cm", 0.0, 60.0, 15) is None
+    assert zero_reason("no usage measured yet", None, "n1") == (
+        "no usage measured yet; no Node object n1 found (this machine's capacity stands in; nothing is published)")
 
 
 def test_seed_003_units_published_as_integers() -> None:

@@ -114,8 +114,41 @@ def test_each_switch_removes_exactly_its_own_writes_and_requests(tmp_path: Path,
 def test_all_off_asks_nothing_and_writes_nothing(tmp_path: Path, srv: ReplayAPIServer) -> None:
     every = _footprint(tmp_path, srv, frozenset(Capability))
     assert not any(every.values())
-    assert [r for r in srv.received if r.method in ("POST", "PATCH") and "events" not in r.path
-            and "conditions" not in json.dumps(r.body)] == []
+    # with both evictions off, no BEMemoryPressure either: the recorded node carries none, so none is added
+    assert [r for r in srv.received if r.method in ("POST", "PATCH") and "events" not in r.path] == []
+
+
+EVICTION_OFF = frozenset({Capability.MEMORY_EVICTION, Capability.KUBELET_EVICTION})
+
+
+def test_both_evictions_off_claim_no_memory_pressure(tmp_path: Path, srv: ReplayAPIServer) -> None:
+    """Past both thresholds, but neither eviction runs: the condition says Unknown, and goes on no node."""
+    agent = _agent(tmp_path, srv, EVICTION_OFF)
+    for i in range(3):
+        out = agent.cycle(now=float(i))
+        assert out["conditions"] == [{"type": "BEMemoryPressure", "status": "Unknown", "reason": "EvictionDisabled",
+                                      "message": "memory-eviction and kubelet-eviction are disabled: the agent "
+                                                 "handles no BE memory pressure"}]
+    assert [r.body for r in srv.requests_to("PATCH", STATUS) if "conditions" in r.body["status"]] == []
+
+
+@pytest.mark.parametrize("off", [EVICTION_OFF, frozenset({Capability.MEMORY_EVICTION})], ids=["both", "one"])
+def test_a_condition_left_by_an_earlier_run_is_withdrawn_once(tmp_path: Path, srv: ReplayAPIServer,
+                                                              off: frozenset[Capability]) -> None:
+    agent = _agent(tmp_path, srv, off)
+    node = recorded("nodes-get")
+    node["status"]["conditions"].append({"type": "BEMemoryPressure", "status": "True",
+                                         "reason": "BEMemoryThresholdMet", "message": "memory usage >= 70%"})
+    (tmp_path / "state" / "node.json").write_text(json.dumps(node))
+    assert agent.state is not None
+    FilesSource(tmp_path / "state", agent.state).load()
+    agent.cycle(now=0.0)
+    agent.cycle(now=1.0)
+    sent = [c for r in srv.requests_to("PATCH", STATUS) for c in r.body["status"].get("conditions", [])]
+    if off == EVICTION_OFF:
+        assert [(c["status"], c["reason"]) for c in sent] == [("Unknown", "EvictionDisabled")]
+    else:  # one eviction still runs: the condition is still the agent's (True again: past the kubelet-style one)
+        assert [c["reason"] for c in sent] != ["EvictionDisabled"] and all(c["status"] != "Unknown" for c in sent)
 
 
 def test_another_writer_of_the_node_status_is_said_once_and_not_fought(

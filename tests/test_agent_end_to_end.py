@@ -83,9 +83,10 @@ def test_once_over_files_state(tmp_path: Path, capsys: pytest.CaptureFixture[str
     rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
                             "--cgroup-root", str(cg))
     assert rc == 0, err
-    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "conditions", "cgroupWrites",
-                         "capabilitiesOff"]
+    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "conditions",
+                         "cgroupWrites", "capabilitiesOff"]
     assert out["capabilitiesOff"] == {}
+    assert out["batchReason"] is None
     assert out["memory"] == {"capacityBytes": 32 * GI, "usedBytes": 24 * GI, "usagePercent": 75.0}
     assert out["releaseTargetBytes"] == 2405181686            # ceil(24Gi - 32Gi × 68%)
     assert [(e["name"], e["priority"], e["usageBytes"], e["reason"]) for e in out["evictions"]] == [
@@ -107,7 +108,31 @@ def test_once_without_configmap_is_off(tmp_path: Path, capsys: pytest.CaptureFix
     assert rc == 0
     assert out["evictions"] == [] and out["releaseTargetBytes"] == 0
     assert out["batch"] == {"kubernetes.io/batch-cpu": 0, "kubernetes.io/batch-memory": 0}
+    assert out["batchReason"] == "colocation is off: no slo-controller-config ConfigMap (off by default)"
     assert out["conditions"][0]["status"] == "False"
+
+
+def test_once_on_this_machine_says_why_batch_is_0(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    proc, cg = write_node(tmp_path, 24 * GI, {})
+    rc, out, err = run_once(capsys, "--node-name", "here", "--proc-root", str(proc), "--cgroup-root", str(cg),
+                            "--output", "text")
+    assert rc == 0, err
+    assert "batch: kubernetes.io/batch-cpu=0, kubernetes.io/batch-memory=0\n" in out
+    assert ("batch why: colocation is off: no slo-controller-config ConfigMap (off by default); no Node object here "
+            "found (this machine's capacity stands in; nothing is published)\n") in out
+
+
+def test_once_with_colocation_disabled_says_so(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cm = recorded("configmaps-get-slo-controller-config")
+    colo = json.loads(cm["data"]["colocation-config"])
+    state = write_state(tmp_path / "state", cm_data={**cm["data"],
+                                                     "colocation-config": json.dumps({**colo, "enable": False})})
+    proc, cg = write_node(tmp_path, 24 * GI, USAGE)
+    rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
+                            "--cgroup-root", str(cg))
+    assert rc == 0, err
+    assert out["batch"] == {"kubernetes.io/batch-cpu": 0, "kubernetes.io/batch-memory": 0}
+    assert out["batchReason"].startswith("colocation is disabled in slo-controller-config ")
 
 
 def test_once_kubelet_flags_always_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str],

@@ -27,7 +27,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.serving import run_server
-from webhook.admission.metrics import Metrics, ReviewFamily
+from webhook.admission.metrics import Metrics, ReviewFamily, RuleTimes
 from webhook.agent.metrics import AgentMetrics, Health, serve
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import ClusterState
@@ -70,7 +70,7 @@ def _declared_labels(*owners: object) -> dict[str, set[str]]:
         for metric in vars(owner).values():
             if isinstance(metric, MetricWrapperBase):
                 out[metric._name] = set(metric._labelnames)
-            elif isinstance(metric, ReviewFamily):
+            elif isinstance(metric, (ReviewFamily, RuleTimes)):
                 out[metric.name] = set(metric.labelnames)
     return out
 
@@ -118,6 +118,7 @@ def test_the_exported_names_are_what_a_query_uses(exported: dict[str, set[str]])
     assert "colocation_webhook_certificate_expiry_timestamp_seconds" in exported
     assert exported["colocation_agent_eviction_failures_total"] == {"reason", "outcome"}
     assert "controller_runtime_webhook_requests_in_flight" in exported
+    assert exported["colocation_webhook_rule_duration_seconds_count"] == {"type", "operation", "rule"}
 
 
 # -- PromQL: the metric and label names an expression uses ----------------------------------------------

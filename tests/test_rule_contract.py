@@ -53,6 +53,14 @@ def test_every_rule_of_a_chain_is_in_the_chain_module_and_nowhere_else() -> None
     assert len(declared) == len(modules) == 9
 
 
+@pytest.mark.parametrize("rule", sorted(p.stem for p in RULES.glob("*.py") if p.name != "__init__.py"))
+def test_every_rule_has_its_test_file_named_after_it(rule: str) -> None:
+    """A rule's tests are found by its module's name: webhook/admission/rules/<module>.py ->
+    tests/test_rule_<module>.py."""
+    tests = ROOT / "tests" / f"test_rule_{rule}.py"
+    assert tests.is_file(), f"no {tests.relative_to(ROOT)} for webhook/admission/rules/{rule}.py"
+
+
 def _pod_request(pod: dict[str, Any]) -> AdmissionRequest:
     review = load_fixture("admission/v1-validate-create-plain.json")
     review["request"]["object"] = pod

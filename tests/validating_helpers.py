@@ -100,3 +100,20 @@ def expect(decision: Any, rule: str, message: str | None) -> None:
     else:
         got = (decision.allowed, decision.code, decision.reason, decision.rule, decision.message)
         assert got == (False, 403, "Forbidden", rule, message)
+
+
+BE = {"koordinator.sh/qosClass": "BE"}
+
+
+def be_pod(containers: list[dict[str, Any]] | None = None, init: list[dict[str, Any]] | None = None,
+           overhead: dict[str, str] | None = None) -> dict[str, Any]:
+    """A koord-batch BE pod with these containers."""
+    return pod(labels=BE, priority=5000, priority_class="koord-batch", containers=containers, init=init,
+               overhead=overhead)
+
+
+def one_container(cpu: Any = None, mem: Any = None, lcpu: Any = None, lmem: Any = None) -> dict[str, Any]:
+    """A BE pod of one container asking for these batch-cpu/batch-memory requests and limits."""
+    req = {k: v for k, v in ((BATCH_CPU, cpu), (BATCH_MEMORY, mem)) if v is not None}
+    lim = {k: v for k, v in ((BATCH_CPU, lcpu), (BATCH_MEMORY, lmem)) if v is not None}
+    return be_pod([container("app", req or None, lim or None)])

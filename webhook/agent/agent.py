@@ -64,6 +64,10 @@ T = TypeVar("T")
 WRITES_REMEMBERED = 3   # the agent's own node-status writes a late watch may still show
 PRESSURE_CONDITION = "BEMemoryPressure"
 PRESSURE_REASON, NO_PRESSURE_REASON = "BEMemoryThresholdMet", "BEMemoryThresholdNotMet"
+# Both eviction capabilities off: the agent handles no memory pressure, so it claims neither True nor False. It
+# adds no condition to a node without one, and turns one an earlier run left into Unknown (a stale False would
+# say pressure is watched, a stale True would hold forever).
+EVICTION_DISABLED_REASON = "EvictionDisabled"
 CONFIG_EVENT_REASON, CONFIG_EVENT_ACTION = "ColocationCfgInvalid", "LoadConfig"
 
 
@@ -151,6 +155,7 @@ class Agent:
         self._applied: dict[tuple[str, str], str] = {}   # (cgroup folder, file) -> the value the agent wrote
         self._batch_seen: dict[str, int] | None = None   # the node's batch values the last cycle saw
         self._batch_written: list[dict[str, int]] = []    # the agent's last few writes of them ({}: removed)
+        self.batch_reason: str | None = None             # why a batch value of the last cycle is 0
         for cap in Capability:
             self.metrics.capability.labels(cap.value).set(0 if cap in options.disabled else 1)
 
@@ -199,7 +204,8 @@ class Agent:
         colocation, watermark = self.config.config.for_node(labels)
         status = (node or {}).get("status") or {}
         out: dict[str, Any] = {"node": self.node_name, "memory": None, "releaseTargetBytes": 0, "evictions": [],
-                               "batch": {name: 0 for name in BATCH_RESOURCES}, "conditions": [],
+                               "batch": {name: 0 for name in BATCH_RESOURCES}, "batchReason": None,
+                               "conditions": [],
                                "cgroupWrites": []}
         self.first_evict_at = None
         if self.actions is not None:
@@ -218,7 +224,8 @@ class Agent:
         if sample is not None:
             self._last_collect_error = None
             out["cgroupWrites"] = self._enforce(sample, node, views, self.config.config.cpu_suppress_for_node(labels))
-        out["batch"] = self._batch(now, sample, node, views, status, colocation)
+        out["batch"] = self._batch(now, sample, node, views, status, colocation, cm is not None)
+        out["batchReason"] = self.batch_reason
         out["conditions"] = [self._condition(node, pressure)]
         out["capabilitiesOff"] = {**{c.value: "disabled" for c in sorted(self.options.disabled)},
                                   **{c.value: f"another writer: {seen}" for c, seen in self.yielded.items()}}
@@ -416,7 +423,8 @@ class Agent:
                                       suppress.capacity_cores(capacity), period)
 
     def _batch(self, now: float, sample: Sample | None, node: dict[str, Any] | None, views: list[PodView],
-               status: dict[str, Any], colo: Any) -> dict[str, int]:
+               status: dict[str, Any], colo: Any, config_found: bool) -> dict[str, int]:
+        self.batch_reason = None
         if not self.on(Capability.BATCH_RESOURCES):
             return {}
         self.window.seconds = colo.metricAggregateDurationSeconds
@@ -428,14 +436,18 @@ class Agent:
             self.window.expire(now)
         wanted: dict[str, int] | None = None
         zero = {name: 0 for name in BATCH_RESOURCES}
-        if not colo.enable:
-            result = zero
-        elif batchcalc.degraded(self.window.last_time, now, colo.degradeTimeMinutes):
-            log.warning("usage data older than %d minutes: withdrawing batch resources", colo.degradeTimeMinutes)
-            result = zero
+        cm_ns, cm_name = self.options.config_map
+        why = batchcalc.withheld(colo.enable, f"{cm_ns}/{cm_name}" if config_found else None, self.window.last_time,
+                                 now, colo.degradeTimeMinutes)
+        computed = None
+        if why is None:
+            computed = self._compute_batch(sample, status, views, colo)
+            wanted = result = computed.resources()
         else:
-            wanted = self._compute_batch(sample, status, views, colo).resources()
-            result = wanted
+            if colo.enable:
+                log.warning("%s: withdrawing batch resources", why)
+            result = zero
+        self.batch_reason = batchcalc.zero_reason(why, computed, self.node_name if node is None else None)
         for name, value in result.items():
             self.metrics.allocatable.labels(node=self.node_name, resource=name, unit=UNITS[name]).set(value)
         self._publish(now, node, status, wanted, colo)
@@ -484,7 +496,11 @@ class Agent:
 
     def _condition(self, node: dict[str, Any] | None, pressure: bool) -> dict[str, str]:
         self.metrics.pressure.labels(self.node_name).set(1 if pressure else 0)
-        if pressure:
+        if not (self.on(Capability.MEMORY_EVICTION) or self.on(Capability.KUBELET_EVICTION)):
+            cond = {"type": PRESSURE_CONDITION, "status": "Unknown", "reason": EVICTION_DISABLED_REASON,
+                    "message": f"{Capability.MEMORY_EVICTION} and {Capability.KUBELET_EVICTION} are disabled: the "
+                               "agent handles no BE memory pressure"}
+        elif pressure:
             observed = [t.describe() for t in self.engine.first_observed]
             message = ("memory threshold met: " + ", ".join(observed) if observed else
                        f"memory threshold met within the last {self.options.transition_period:g}s transition period")
@@ -500,7 +516,7 @@ class Agent:
         on_node = next((c for c in ((node.get("status") or {}).get("conditions") or [])
                         if c.get("type") == PRESSURE_CONDITION), None)
         known = self.last_condition if self.last_condition is not None else (on_node or {}).get("status")
-        if known == cond["status"]:
+        if known == cond["status"] or (known is None and cond["reason"] == EVICTION_DISABLED_REASON):
             return
         stamp = _wall()
         body = {"status": {"conditions": [{**cond, "lastHeartbeatTime": stamp, "lastTransitionTime": stamp}]}}

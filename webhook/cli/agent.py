@@ -135,6 +135,8 @@ def _text(out: dict[str, Any]) -> str:
     if not out["evictions"]:
         lines.append("evictions: none")
     lines.append("batch: " + (", ".join(f"{k}={v}" for k, v in out["batch"].items()) or "off"))
+    if out.get("batchReason"):
+        lines.append(f"batch why: {out['batchReason']}")
     for c in out["conditions"]:
         lines.append(f"condition {c['type']}={c['status']} ({c['reason']}): {c['message']}")
     for w in out["cgroupWrites"]:

@@ -2,7 +2,9 @@
 
 Hand-written on purpose: ``kubernetes.utils.parse_quantity`` accepts things the apiserver refuses
 (" 1 ", "1_000", "NaN", "1e3Mi"), so the strict grammar lives here once for both programs.
-Values are exact ``Decimal``s rounded up to nano scale, as upstream stores them.
+Values are exact ``Decimal``s rounded up to nano scale, as upstream stores them. Arithmetic on them goes through
+``_EXACT`` (``exact_add``, ``milli_value``, ``is_whole_milli``): Python's default context keeps 28 digits and would
+round a 30-digit cpu, which then reads as "not whole".
 """
 
 from __future__ import annotations
@@ -29,7 +31,13 @@ _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei"
 BINARY_SUFFIXES = tuple(_BINARY)
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
 
+# Quantize to nano under 80 digits: a longer coefficient (or a huge exponent) raises instead of being built.
 _CTX = decimal.Context(prec=80, rounding=decimal.ROUND_CEILING)
+# Everything else is exact: additions, products and scalings never reach MAX_PREC, and a rounding would raise
+# (Inexact is trapped) rather than change a value silently. Exponents keep the default bounds (Overflow raises).
+_EXACT = decimal.Context(prec=decimal.MAX_PREC, traps=[decimal.InvalidOperation, decimal.DivisionByZero,
+                                                       decimal.Overflow, decimal.Inexact])
+exact_add = _EXACT.add
 _NANO = Decimal("1e-9")
 
 
@@ -66,24 +74,23 @@ def _parse(text: str) -> Decimal:
 
 def _scaled(value: Decimal, suffix: str) -> Decimal:
     if suffix in _BINARY:
-        value = _CTX.multiply(value, _BINARY[suffix])
+        value = _EXACT.multiply(value, _BINARY[suffix])
     elif suffix in _DECIMAL:
-        value = value.scaleb(_DECIMAL[suffix], _CTX)
+        value = value.scaleb(_DECIMAL[suffix], _EXACT)
     elif _EXPONENT.match(suffix):
-        value = value.scaleb(int(suffix[1:]), _CTX)
+        value = value.scaleb(int(suffix[1:]), _EXACT)
     else:
         raise QuantityError(ERR_SUFFIX)
     # Nano precision, rounded away from zero like upstream's inf.Dec rounding.
     value = value.quantize(_NANO, rounding=decimal.ROUND_UP, context=_CTX)
     if value == 0:
         return Decimal(0)
-    return value.normalize(_CTX)
-
+    return value.normalize(_CTX)   # <= 80 digits after the quantize: normalize only strips zeros
 
 
 def milli_value(q: Decimal) -> int:
     """Whole milli-units, rounded up (upstream ``MilliValue``)."""
-    return int(_CTX.multiply(q, 1000).to_integral_value(rounding=decimal.ROUND_CEILING))
+    return int(q.scaleb(3, _EXACT).to_integral_value(rounding=decimal.ROUND_CEILING))
 
 
 def int_value(q: Decimal) -> int:
@@ -93,6 +100,11 @@ def int_value(q: Decimal) -> int:
 
 def is_whole(q: Decimal) -> bool:
     return q == q.to_integral_value()
+
+
+def is_whole_milli(q: Decimal) -> bool:
+    """Whether ``milli_value`` is exact (no rounding up), at any size."""
+    return is_whole(q.scaleb(3, _EXACT))
 
 
 def format_binary_si(value: int) -> str:
@@ -115,13 +127,13 @@ def format_decimal_si(q: Decimal) -> str:
     if q == 0:
         return "0"
     sign = "-" if q < 0 else ""
-    v = abs(q)
+    v = q.copy_abs()   # exact: abs() rounds to the default 28 digits
     for exp, suffix in ((18, "E"), (15, "P"), (12, "T"), (9, "G"), (6, "M"), (3, "k"), (0, ""),
                         (-3, "m"), (-6, "u"), (-9, "n")):
-        scaled = v.scaleb(-exp, _CTX)
+        scaled = v.scaleb(-exp, _EXACT)
         if is_whole(scaled):
             return f"{sign}{int(scaled)}{suffix}"
-    return f"{sign}{int(v.scaleb(9, _CTX))}n"
+    return f"{sign}{int(v.scaleb(9, _EXACT))}n"
 
 
 @memo

@@ -7,7 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.core.fielderrors import invalid
-from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.quantity import QuantityError, exact_add, parse_quantity
 
 CPU, MEMORY = "cpu", "memory"
 BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
@@ -60,7 +60,7 @@ _ZERO = Decimal(0)
 def _add_into(acc: dict[str, Decimal], more: dict[str, Decimal]) -> dict[str, Decimal]:
     """``acc`` += ``more``, in place (every caller owns ``acc``: no copy per container)."""
     for k, v in more.items():
-        acc[k] = acc.get(k, _ZERO) + v
+        acc[k] = exact_add(acc.get(k, _ZERO), v)
     return acc
 
 
@@ -137,7 +137,7 @@ def _add_overhead(total: dict[str, Decimal], spec: dict[str, Any], every: bool) 
     if isinstance(overhead, dict):
         for name, value in _parsed(overhead).items():
             if every or name in total:
-                total[name] = total.get(name, _ZERO) + value
+                total[name] = exact_add(total.get(name, _ZERO), value)
 
 
 def pod_total(pod: dict[str, Any], per_container: Callable[[dict[str, Any]], dict[str, Decimal]]) -> dict[str, Decimal]:

@@ -19,6 +19,8 @@ from webhook.core.quantity import (
     QuantityError,
     format_decimal_si,
     int_value,
+    is_whole,
+    is_whole_milli,
     milli_value,
     parse_quantity,
 )
@@ -333,27 +335,45 @@ def _odd_cpu(raw: object) -> str | None:
         return None
     if isinstance(raw, str) and raw[-2:] in BINARY_SUFFIXES:
         return f"({format_decimal_si(q)} cores)"
-    return None if milli_value(q) == q * 1000 else "(rounded up)"
+    return None if is_whole_milli(q) else "(rounded up)"
 
 
-def cpu_notes(lists: list[ResourceList], converted: set[tuple[str, int]], cpu_name: str) -> list[str]:
-    """What a conversion makes of a cpu that reads oddly (``_odd_cpu``), for the owners in ``converted``
-    ((field, index) of a ``lists`` entry, the pod's ``resources.resource_lists`` before the conversion)."""
+@memo
+def _memory_rounds(raw: object) -> bool:
+    """Whether a memory quantity is a fraction of a byte (``100m``, ``1.5``: rounded up to whole bytes as the
+    kubelet does); False when it is no quantity."""
+    try:
+        return not is_whole(parse_quantity(raw))
+    except QuantityError:
+        return False
+
+
+def rounded_note(where: str, raw: object, unit: str, short: str, value: str) -> str:
+    """The one text for a value a conversion rounds up to its whole units (milli-cores, bytes)."""
+    return f'{where} "{shown(raw)}" is not whole {unit}: {short} {value} (rounded up)'
+
+
+def conversion_notes(lists: list[ResourceList], converted: set[tuple[str, int]], cpu_name: str,
+                     mem_name: str) -> list[str]:
+    """What a conversion makes of a cpu that reads oddly (``_odd_cpu``) or of a memory that is a fraction of a
+    byte, for the owners in ``converted`` ((field, index) of a ``lists`` entry, the pod's
+    ``resources.resource_lists`` before the conversion)."""
     notes: list[str] = []
     short = SHORT_NAMES.get(cpu_name, cpu_name)
     for owner, field, index, kind, values in lists:
+        if (field, index) not in converted:
+            continue
+        where = f"{owner}: {'' if field == 'overhead' else kind + '.'}"
         raw = values.get(CPU)
-        if raw is None or (field, index) not in converted:
-            continue
-        odd = _odd_cpu(raw)
-        if odd is None:
-            continue
-        where = f"{owner}: {'cpu' if field == 'overhead' else kind + '.cpu'}"
-        milli = milli_cores_text(raw)
+        odd = _odd_cpu(raw) if raw is not None else None
         if odd == "(rounded up)":
-            notes.append(f'{where} "{shown(raw)}" is not whole milli-cores: {short} {milli} (rounded up)')
-        else:
-            notes.append(f'{where} "{raw}" is in memory units: {short} {milli} {odd}')
+            notes.append(rounded_note(where + "cpu", raw, "milli-cores", short, milli_cores_text(raw)))
+        elif odd is not None:
+            notes.append(f'{where}cpu "{raw}" is in memory units: {short} {milli_cores_text(raw)} {odd}')
+        raw = values.get(MEMORY)
+        if raw is not None and _memory_rounds(raw):
+            notes.append(rounded_note(where + "memory", raw, "bytes", SHORT_NAMES.get(mem_name, mem_name),
+                                      bytes_text(raw)))
     return notes
 
 

@@ -18,8 +18,8 @@ from webhook.admission.context import MutatingContext
 from webhook.admission.domain.batch_conversion import (
     SHORT_NAMES,
     Path,
+    conversion_notes,
     convert_pod,
-    cpu_notes,
     fold_pod_level,
     hugepages_text,
     limit_ranger_defaults,
@@ -141,7 +141,7 @@ def _convert(ctx: MutatingContext, spec: dict[str, Any], lists: list[ResourceLis
     owners: set[tuple[str, int]] = {(str(p[1]), int(p[2])) if len(p) == 4 else ("resources", 0)
                                     for p, _, _ in changes}
     ctx.facts.converted.update(owners)
-    notes = cpu_notes(lists, owners, cpu_name)
+    notes = conversion_notes(lists, owners, cpu_name, mem_name)
     where = [_owner(spec, path) for path, _new, _done in changes]
     for path, new, _done in changes:
         # One explicit op per converted container (its whole resources replaced) or the pod level: the same

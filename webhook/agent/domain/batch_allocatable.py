@@ -41,16 +41,29 @@ class BatchResult:
     cpu_milli: int
     memory: int
     explain: tuple[str, str]
+    zero: tuple[str, ...] = ()      # why a value is 0, per resource that is
+
 
     def resources(self) -> dict[str, int]:
         return {BATCH_CPU: self.cpu_milli, BATCH_MEMORY: self.memory}
 
 
-def _one(label: str, allocatable: int, percent: int, hp: Fraction, system: Fraction) -> tuple[int, str]:
+def _one(label: str, short: str, allocatable: int, percent: int, hp: Fraction,
+         system: Fraction) -> tuple[int, str, str | None]:
+    """(value, koordlet's explain line, why the value is 0 or None)."""
     reserved = Fraction(allocatable * percent, 100)
     value = max(0, math.floor(reserved - hp - system))
+    why = None
+    if value == 0:
+        if allocatable <= 0:
+            why = f"{short} 0: no node capacity (allocatable {allocatable})"
+        elif percent <= 0:
+            why = f"{short} 0: the reclaim threshold is {percent}%"
+        else:
+            why = (f"{short} 0: usage above the threshold (non-BE {float(hp):.0f} + system {float(system):.0f} "
+                   f">= allocatable {allocatable} × {percent}%)")
     return value, (f"batchAllocatable[{label}]:{value} = nodeAllocatable:{allocatable} × {percent}% "
-                   f"- podHPUsed:{float(hp):.0f} - systemUsage:{float(system):.0f}")
+                   f"- podHPUsed:{float(hp):.0f} - systemUsage:{float(system):.0f}"), why
 
 
 def batch_allocatable(alloc_cpu_milli: int, alloc_memory: int, node_cpu_milli: float, node_memory: float,
@@ -84,9 +97,38 @@ def batch_allocatable(alloc_cpu_milli: int, alloc_memory: int, node_cpu_milli: f
     system_cpu = max(Fraction(node_cpu_milli) - Fraction(pod_cpu), Fraction(0))
     system_mem = max(Fraction(node_memory) - Fraction(pod_mem), Fraction(0))
     hp_memory = {"request": hp_mem_request, "maxUsageRequest": hp_mem_max}.get(memory_policy, hp_mem)
-    cpu, cpu_text = _one("CPU(Milli-Core)", alloc_cpu_milli, cpu_percent, Fraction(hp_cpu), system_cpu)
-    mem, mem_text = _one("Memory(Byte)", alloc_memory, memory_percent, Fraction(hp_memory), system_mem)
-    return BatchResult(cpu, mem, (cpu_text, mem_text))
+    cpu, cpu_text, cpu_why = _one("CPU(Milli-Core)", "batch-cpu", alloc_cpu_milli, cpu_percent, Fraction(hp_cpu),
+                                  system_cpu)
+    mem, mem_text, mem_why = _one("Memory(Byte)", "batch-memory", alloc_memory, memory_percent, Fraction(hp_memory),
+                                  system_mem)
+    return BatchResult(cpu, mem, (cpu_text, mem_text), tuple(w for w in (cpu_why, mem_why) if w is not None))
+
+
+def withheld(enabled: bool, config: str | None, last_sample: float | None, now: float,
+             degrade_minutes: float) -> str | None:
+    """Why the formula does not run (batch resources are 0, or withdrawn), or None when it does. ``config``: the
+    slo-controller-config ConfigMap's namespace/name, None when there is none."""
+    if not enabled:
+        if config is None:
+            return "colocation is off: no slo-controller-config ConfigMap (off by default)"
+        return f"colocation is disabled in slo-controller-config {config} (colocation-config enable, for this node)"
+    if degraded(last_sample, now, degrade_minutes):
+        if last_sample is None:
+            return "no usage measured yet"
+        return f"usage data older than {degrade_minutes:g} minutes (degradeTimeMinutes)"
+    return None
+
+
+def zero_reason(withheld_why: str | None, result: BatchResult | None, node: str | None) -> str | None:
+    """Why some batch value is 0, in one line: what ``withheld`` said, else the formula's reasons; ``node`` names a
+    Node object that was not found (this machine stood in for it, and nothing is published). None when no value
+    is 0."""
+    parts = [withheld_why] if withheld_why is not None else list(result.zero if result is not None else ())
+    if not parts:
+        return None
+    if node is not None:
+        parts.append(f"no Node object {node} found (this machine's capacity stands in; nothing is published)")
+    return "; ".join(parts)
 
 
 class UsageWindow:

@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from webhook.core.extended_resource_spec import EXTENDED_RESOURCE_SPEC, parse_extended_resource_spec
-from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
+from webhook.core.quantity import QuantityError, exact_add, int_value, milli_value, parse_quantity
 from webhook.core.resources import (
     BATCH_CPU,
     BATCH_MEMORY,
@@ -139,7 +139,7 @@ def pod_limits(pod: dict[str, Any]) -> PodLimits:
     # The sandbox overhead (spec.overhead, the RuntimeClass's) stays native cpu/memory on a batch pod; it runs in
     # the pod's cgroup, and the kubelet adds it to the pod level's requests and to the limits that exist.
     for name, value in sandbox_overhead(pod).items():
-        request_total[name] = request_total.get(name, Decimal(0)) + value
+        request_total[name] = exact_add(request_total.get(name, Decimal(0)), value)
         if name in limit_total:
             limit_total[name] += value
     pod_level = Limits(_positive(limit_total.get(BATCH_CPU)) if cpu_declared else None,

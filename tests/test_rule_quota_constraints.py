@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.test_quota_presence import quota, scope
+from tests.test_rule_quota_presence import quota, scope
 from tests.validating_helpers import batch, container, pod, state, validate
 from webhook.cli.webhook import main
 from webhook.cluster.sources import example_folder
