@@ -206,8 +206,9 @@ class RuleTimes:
     """``colocation_webhook_rule_duration_seconds``: the time each rule takes, a summary (``_count``, ``_sum``) by
     ``type`` (admit, validate), ``operation`` and ``rule`` - what the apiserver's
     ``apiserver_admission_controller_admission_duration_seconds`` is for its admission plugins. The chain adds to
-    plain integers (``chain.RULE_TIMES``); they are read here at scrape time. A review answered in the offload
-    child process is timed there, and not seen here."""
+    plain integers (``chain.RULE_TIMES``); they are read here at scrape time. The large-review thread adds to
+    the same integers: a run it counts at the very moment the event loop's thread counts one of the same rule
+    may be lost (no lock: one would cost every rule run more than the timing itself)."""
 
     name = "colocation_webhook_rule_duration_seconds"
     labelnames = ("type", "operation", "rule")
