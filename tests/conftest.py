@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests import builds
 from tests.serving import FIXTURES, Server, run_server
 from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder
@@ -50,3 +51,15 @@ def example_state() -> ClusterState:
 def server(example_state: ClusterState, cert_dir: Path) -> Iterator[Server]:
     with run_server(example_state, cert_dir) as srv:
         yield srv
+
+
+@pytest.fixture(scope="session")
+def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel as the image builds it, once per run (tests/builds.py)."""
+    return builds.build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="session")
+def compiled_tree(project_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A source tree compiled in place, made from that wheel; copy it before changing it."""
+    return builds.source_tree(project_wheel, tmp_path_factory.mktemp("compiled-tree"))
