@@ -53,10 +53,26 @@ def server(example_state: ClusterState, cert_dir: Path) -> Iterator[Server]:
         yield srv
 
 
+_WHEEL_BUILD = pytest.StashKey[builds.WheelBuild]()
+_WHEEL_USERS = {"project_wheel", "compiled_tree"}
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A run with a test that needs the project's wheel starts building it now, in the background."""
+    if any(_WHEEL_USERS & set(getattr(item, "fixturenames", ())) for item in items):
+        config.stash[_WHEEL_BUILD] = builds.WheelBuild()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    build = session.config.stash.get(_WHEEL_BUILD, None)
+    if build is not None:
+        build.stop()
+
+
 @pytest.fixture(scope="session")
-def project_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def project_wheel(pytestconfig: pytest.Config) -> Path:
     """The project's wheel as the image builds it, once per run (tests/builds.py)."""
-    return builds.build_wheel(tmp_path_factory.mktemp("wheel"))
+    return pytestconfig.stash[_WHEEL_BUILD].wheel()
 
 
 @pytest.fixture(scope="session")
