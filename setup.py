@@ -8,9 +8,10 @@ same sources run as plain Python wherever they are not compiled:
 - ``COLOCATION_WEBHOOK_COMPILE=0 pip install ...`` builds plain Python on purpose;
 - without a C compiler or the Python headers (``python3-dev``) the build says so and is plain Python.
 
-An editable install (``pip install -e .``) compiles into the source tree (``webhook/**/*.so``): after changing a
-compiled module, run the install again (importing ``webhook`` from a tree whose compiled modules are older than
-their sources fails, naming them).
+A wheel built as plain Python records why (``webhook/plain-build.txt``), which ``--version`` prints. An editable
+install (``pip install -e .``) compiles into the source tree (``webhook/**/*.so``): after an edit to a compiled
+module, the tree runs every compiled module from its source, with one warning line, until the install is run again
+(webhook/compiled.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 ROOT = Path(__file__).resolve().parent
 # The one list of what is compiled, read from its file: importing the package would run its check of an earlier
@@ -30,7 +32,8 @@ assert _spec is not None and _spec.loader is not None
 _compiled = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_compiled)
 COMPILED_MODULES, SWITCH, module_path = _compiled.COMPILED_MODULES, _compiled.SWITCH, _compiled.module_path
-compiler_missing = _compiled.compiler_missing
+compiler_missing, BUILD_NOTE = _compiled.compiler_missing, _compiled.BUILD_NOTE
+PLAIN_BECAUSE: list[str] = []  # why this build is plain Python, when it is
 
 
 def _remove_earlier_build() -> None:
@@ -55,6 +58,7 @@ def ext_modules() -> list[object]:
     if why:
         print(f"colocation-webhook: {why}: the rules are built as plain Python (correct, about 1.6 times slower)",
               file=sys.stderr)
+        PLAIN_BECAUSE.append(why)
         _remove_earlier_build()
         return []
     from mypyc.build import mypycify
@@ -64,4 +68,13 @@ def ext_modules() -> list[object]:
                          group_name="webhook_compiled"))
 
 
-setup(ext_modules=ext_modules())
+class BuildPy(build_py):
+    """Also writes, into a plain build's package, why it is plain (an editable install's tree has its sources)."""
+
+    def run(self) -> None:
+        super().run()
+        if PLAIN_BECAUSE and not getattr(self, "editable_mode", False):
+            (Path(self.build_lib) / "webhook" / BUILD_NOTE).write_text(PLAIN_BECAUSE[0] + "\n")
+
+
+setup(ext_modules=ext_modules(), cmdclass={"build_py": BuildPy})

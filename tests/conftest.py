@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests import builds
 from tests.serving import FIXTURES, Server, run_server
 from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder
@@ -50,3 +51,31 @@ def example_state() -> ClusterState:
 def server(example_state: ClusterState, cert_dir: Path) -> Iterator[Server]:
     with run_server(example_state, cert_dir) as srv:
         yield srv
+
+
+_WHEEL_BUILD = pytest.StashKey[builds.WheelBuild]()
+_WHEEL_USERS = {"project_wheel", "compiled_tree"}
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A run with a test that needs the project's wheel starts building it now, in the background."""
+    if any(_WHEEL_USERS & set(getattr(item, "fixturenames", ())) for item in items):
+        config.stash[_WHEEL_BUILD] = builds.WheelBuild()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    build = session.config.stash.get(_WHEEL_BUILD, None)
+    if build is not None:
+        build.stop()
+
+
+@pytest.fixture(scope="session")
+def project_wheel(pytestconfig: pytest.Config) -> Path:
+    """The project's wheel as the image builds it, once per run (tests/builds.py)."""
+    return pytestconfig.stash[_WHEEL_BUILD].wheel()
+
+
+@pytest.fixture(scope="session")
+def compiled_tree(project_wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A source tree compiled in place, made from that wheel; copy it before changing it."""
+    return builds.source_tree(project_wheel, tmp_path_factory.mktemp("compiled-tree"))

@@ -1,6 +1,7 @@
 """The Dockerfile, without a container engine: its structure parsed, and its install steps run in a
-fresh venv (the project's wheel built as the build stage builds it, installed as the runtime stage
-installs it, then both entry points run from the fresh venv)."""
+fresh venv (the project's wheel built as the build stage builds it, once per test run and shared with
+tests/test_compiled.py, installed as the runtime stage installs it, then both entry points run from the fresh
+venv)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.builds import BUILD_TIMEOUT, CONTEXT, WHEEL_STEP
 from webhook.compiled import COMPILED_MODULES, compiler_missing
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -141,39 +142,37 @@ def _dockerignore_allows(rel: str) -> bool:
     return allowed
 
 
-# A compiled wheel build (mypyc, about a minute on two idle cores) and a fresh venv: past 120 s on loaded ones.
-@pytest.mark.timeout(300)
-def test_install_steps_in_a_fresh_venv(stages: list[Stage], tmp_path: Path) -> None:
-    """Build context from the COPY lines, the build stage's `pip wheel` (this project only; dependencies
-    are those of the running environment), the runtime stage's `pip install --no-index`, then the
-    entry points from the fresh venv."""
+def test_the_image_installs_the_locked_versions_then_the_project(stages: list[Stage]) -> None:
+    """Dependencies come from requirements.lock alone, every file's hash checked, in both stages; the project's
+    wheel is built and installed without resolving anything (tests/test_lock.py: the lock and pyproject agree)."""
     build, final = stages[0], stages[-1]
-    ctx = tmp_path / "src"
-    ctx.mkdir()
-    workdir = build.all("WORKDIR")[-1]
+    steps = [shlex.split(part) for run in build.all("RUN") for part in run.split("&&")]
+    assert ["pip", "wheel", "--require-hashes", "--only-binary=:all:", "--wheel-dir", "/wheels", "-r",
+            "requirements.lock"] in steps, "the build stage fetches the locked wheels, hashes checked"
+    assert list(WHEEL_STEP) in steps, "then builds the project's wheel alone (tests/builds.py runs that step)"
+    assert any("requirements.lock" in shlex.split(c)[:-1] for c in build.all("COPY"))
+    (install,) = [r for r in final.all("RUN") if "pip install" in r]
+    first, second = (shlex.split(p) for p in install.split("&&")[:2])
+    assert first == ["pip", "install", "--no-index", "--find-links=/wheels", "--require-hashes", "-r",
+                     "/wheels/requirements.lock"]
+    assert second == ["pip", "install", "--no-index", "--no-deps", "/wheels/colocation_webhook-*.whl"]
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT * 5 // 4)  # the first test to ask for the wheel waits for its build
+def test_install_steps_in_a_fresh_venv(stages: list[Stage], project_wheel: Path, tmp_path: Path) -> None:
+    """The build context from the COPY lines, the project's wheel as the build stage builds it (the run's one
+    build, tests/builds.py; dependencies are those of the running environment), the runtime stage's install of
+    it, then the entry points from the fresh venv."""
+    build, final = stages[0], stages[-1]
+    copied = set()
     for copy in build.all("COPY"):
-        *sources, dest = shlex.split(copy)
-        target = ctx / Path(dest).relative_to(workdir) if dest.startswith("/") else ctx / dest
+        *sources, _ = shlex.split(copy)
         for s in sources:
             assert _dockerignore_allows(s), f".dockerignore excludes {s}, which COPY needs"
-            src = ROOT / s
-            assert src.exists(), f"COPY source {s} is missing from the checkout"
-            if src.is_dir():
-                # as .dockerignore: no caches, no extensions of an editable install's in-place build
-                shutil.copytree(src, target, ignore=shutil.ignore_patterns("__pycache__", "*.so"),
-                                dirs_exist_ok=True)
-            else:
-                shutil.copy(src, target / src.name if dest.endswith("/") else target)
-    wheels = tmp_path / "wheels"
+            assert (ROOT / s).exists(), f"COPY source {s} is missing from the checkout"
+            copied.add(s.rstrip("/"))
+    assert copied == {"requirements.lock", *CONTEXT}, "the build stage copies what tests/builds.py builds from"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    (wheel_run,) = [r for r in build.all("RUN") if "pip wheel" in r]
-    cmd = shlex.split(wheel_run)
-    assert cmd[:2] == ["pip", "wheel"]
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-           *[str(wheels) if a == "/wheels" else a for a in cmd[2:]]]
-    out = subprocess.run(cmd, cwd=ctx, env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stdout + out.stderr
-    (wheel,) = wheels.glob("colocation_webhook-*.whl")
 
     fresh = tmp_path / "venv"
     venv.create(fresh, with_pip=False)
@@ -193,9 +192,9 @@ def test_install_steps_in_a_fresh_venv(stages: list[Stage], tmp_path: Path) -> N
                 (deps / entry.name).symlink_to(entry)
     (site / "_deps_from_test_env.pth").write_text(f"{deps}\n")
     (install_run,) = [r for r in final.all("RUN") if "pip install" in r]
-    step = shlex.split(install_run.split("&&")[0])
+    step = shlex.split(install_run.split("&&")[1])
     assert step[:2] == ["pip", "install"]
-    step = [a.replace("/wheels", str(wheels)) for a in step[2:]]
+    step = [str(project_wheel) if a == "/wheels/colocation_webhook-*.whl" else a for a in step[2:]]
     out = subprocess.run([sys.executable, "-m", "pip", "--python", str(py), "install", "-q", *step],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -207,7 +206,7 @@ def test_install_steps_in_a_fresh_venv(stages: list[Stage], tmp_path: Path) -> N
     assert Path(where.stdout.strip()).is_relative_to(site)
     assert (site / "webhook" / "cluster" / "example" / "state.yaml").is_file(), "package data in the wheel"
     # The build stage has a compiler (build-essential), so the image runs the core and the rules compiled
-    # (setup.py); built here without one, the wheel is the same code as plain Python.
+    # (setup.py); built here without one, the wheel is the same code as plain Python, and says why.
     plain = subprocess.run([py, "-c", "import webhook.compiled as c; "
                                       "print(len([m for m in c.COMPILED_MODULES if not c.is_compiled(m)]))"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
@@ -215,10 +214,15 @@ def test_install_steps_in_a_fresh_venv(stages: list[Stage], tmp_path: Path) -> N
     assert int(plain.stdout) == (0 if compiler_missing() is None else len(COMPILED_MODULES)), compiler_missing()
     for script in _scripts():
         assert (fresh / "bin" / script).is_file(), script
+        version = subprocess.run([fresh / "bin" / script, "--version"], cwd=tmp_path, env=env,
+                                 capture_output=True, text=True, timeout=60)
+        assert version.returncode == 0 and version.stderr == "", version.stderr
+        assert version.stdout.splitlines()[1] == ("rules: compiled with mypyc" if compiler_missing() is None else
+                                                  f"rules: plain Python (built with {compiler_missing()})")
     help_out = subprocess.run([fresh / "bin" / "colocation-webhook", "--help"], cwd=tmp_path, env=env,
                               capture_output=True, text=True, timeout=60)
     assert help_out.returncode == 0 and "certs" in help_out.stdout, help_out.stderr
     agent = subprocess.run([fresh / "bin" / "colocation-agent", "--help"], cwd=tmp_path, env=env,
                            capture_output=True, text=True, timeout=60)
     assert "Traceback" not in agent.stderr, agent.stderr
-    assert wheel.name.startswith("colocation_webhook-")
+    assert project_wheel.name.startswith("colocation_webhook-")

@@ -1,5 +1,5 @@
-"""Which modules the build compiles with mypyc (setup.py), whether this machine can, and whether a source tree's
-compiled modules are current.
+"""Which modules the build compiles with mypyc (setup.py), whether this machine can, whether a source tree's
+compiled modules are current (and if not, importing them from their sources), and which way the rules run.
 
 The review's hot path, all pure (plain functions over plain data, no I/O): the shared core, the admission domain,
 the rules and the chain that runs them. The edges (the server, the sources, the agent) stay plain Python: their
@@ -10,14 +10,22 @@ installed.
 from __future__ import annotations
 
 import importlib
+import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import shutil
+import sys
 import sysconfig
+from collections.abc import Sequence
 from pathlib import Path
+from types import ModuleType
 
 SWITCH = "COLOCATION_WEBHOOK_COMPILE"  # "0": build plain Python
 PACKAGE = Path(__file__).resolve().parent
+# Written by setup.py into a wheel built as plain Python: why it was (a source tree is asked at run time instead).
+BUILD_NOTE = "plain-build.txt"
+REBUILD = "pip install -e ."
 
 _PURE_PACKAGES = ("webhook.core", "webhook.admission.domain", "webhook.admission.rules")
 _MODULES = ("webhook.admission.chain", "webhook.admission.context")
@@ -71,3 +79,59 @@ def stale_modules(package: Path = PACKAGE) -> list[str]:
 def is_compiled(module: str) -> bool:
     """Whether ``module`` (imported here if it was not) runs as a compiled extension."""
     return not str(getattr(importlib.import_module(module), "__file__", "")).endswith(".py")
+
+
+class SourceFinder(importlib.abc.MetaPathFinder):
+    """Imports every compiled module of a source tree from its .py source, ahead of the extension beside it.
+
+    All or none: mypyc builds the modules as one group whose functions call each other directly in C, so a compiled
+    caller would still run the old code of a module imported from its source alone."""
+
+    def __init__(self, package: Path = PACKAGE) -> None:
+        self.sources = {m: package.parent / module_path(m) for m in compiled_modules(package)}
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None = None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        source = self.sources.get(fullname)
+        if source is None or not source.is_file():
+            return None
+        return importlib.util.spec_from_file_location(
+            fullname, source, loader=importlib.machinery.SourceFileLoader(fullname, str(source)))
+
+
+BYPASSED: list[str] = []  # the stale modules that made this process import the compiled modules from their sources
+
+
+def bypass_stale(package: Path = PACKAGE) -> list[str]:
+    """When any compiled module of this source tree is older than its source, import them all from their sources
+    (SourceFinder) and return the stale ones; run before any of them is imported (webhook/__init__.py)."""
+    stale = stale_modules(package)
+    if stale and not any(isinstance(f, SourceFinder) for f in sys.meta_path):
+        sys.meta_path.insert(0, SourceFinder(package))
+        BYPASSED[:] = stale
+    return stale
+
+
+def stale_warning(stale: Sequence[str]) -> str:
+    """The one line that says the rules run as plain Python because of ``stale``, and how to compile them again."""
+    named = ", ".join(stale[:3]) + (f" and {len(stale) - 3} more" if len(stale) > 3 else "")
+    return (f"colocation-webhook: {named} changed after the compiled build: the rules run as plain Python "
+            f"(about 1.6 times slower) until `{REBUILD}` compiles them again")
+
+
+def rules_status(package: Path = PACKAGE) -> str:
+    """One line for ``--version``: whether the rules run compiled or as plain Python, and why. Looks the chain
+    up without importing it."""
+    spec = importlib.util.find_spec("webhook.admission.chain")
+    if spec is not None and spec.origin is not None and not spec.origin.endswith(".py"):
+        return "rules: compiled with mypyc"
+    if BYPASSED:
+        named = ", ".join(BYPASSED[:3]) + (" …" if len(BYPASSED) > 3 else "")
+        why = f"{named} changed after the compiled build; `{REBUILD}` compiles it again"
+    elif (package / BUILD_NOTE).is_file():
+        why = "built with " + (package / BUILD_NOTE).read_text().strip()
+    elif (package.parent / "setup.py").is_file():
+        why = f"this source tree holds no compiled build: {compiler_missing() or f'`{REBUILD}` compiles it'}"
+    else:
+        why = "installed without a compiled build"
+    return f"rules: plain Python ({why})"

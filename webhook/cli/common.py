@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhook import __version__
+from webhook.compiled import rules_status
 from webhook.core import names
 
 if TYPE_CHECKING:
@@ -68,7 +69,7 @@ def program_parser(prog: str, description: str,
     """The top-level parser of a console script: ``--version``, required subcommands (argparse lists them with
     their help), and the exit codes as the epilog."""
     p = Parser(prog=prog, description=description, epilog=exit_codes(codes))
-    p.add_argument("--version", action="version", version=f"{prog} {__version__}")
+    p.add_argument("--version", action="version", version=f"{prog} {__version__}\n{rules_status()}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=Parser, metavar="COMMAND")
     return p, sub
 
