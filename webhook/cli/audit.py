@@ -22,6 +22,7 @@ from webhook.audit.migrate import migration
 from webhook.audit.subjects import KINDS, PLURALS, Subject, kind_of, subject
 from webhook.cli.common import UsageError, exit_codes, namespace, positive
 from webhook.cli.common import seconds as _seconds
+from webhook.cli.state import listed_state, review_settings, review_settings_flags
 from webhook.cluster.live import LiveSourceError, api_client, paginated
 from webhook.cluster.sources import Source, describe
 from webhook.cluster.state import ClusterState, Kind
@@ -96,7 +97,6 @@ def _subjects(items: Iterator[Item]) -> Iterator[Subject]:
 
 def _state(args: argparse.Namespace) -> tuple[ClusterState, Source | None]:
     """The state the rules read: --cluster-state, else the audited cluster's, else the embedded example."""
-    from webhook.cli.webhook import listed_state
     live = bool(args.kubeconfig or args.in_cluster) and args.cluster_state is None
     if args.cluster_state is None and not live:
         print(f"audit: cluster state: {describe(None, None)}; pass --cluster-state DIR for your cluster's",
@@ -127,7 +127,6 @@ def _summary(tally: Tally) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.cli.webhook import _settings
     if not args.filename and not (args.kubeconfig or args.in_cluster):
         raise UsageError("name what to audit: -f FILE|DIR (kubectl get ... -o json|yaml output, manifests), "
                          "or a cluster with --kubeconfig F or --in-cluster")
@@ -135,7 +134,7 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("-f reads objects from files; --kubeconfig/--in-cluster from a cluster: choose one "
                          "(--cluster-state DIR sets the state the rules read)")
     kinds, selector = _kinds(args.kinds), _selector(args.selector)
-    settings = _settings(args)
+    settings = review_settings(args)
     settings.pinned_draw = 0  # a workload a profile converts some pods of is named, whatever the share
     logging.getLogger("webhook.admission").setLevel(logging.WARNING)  # each denial is a finding, not a log line
     items = _from_files(args, kinds, selector) if args.filename else _from_cluster(args, kinds)
@@ -203,7 +202,7 @@ def _migrate(args: argparse.Namespace, items: Iterator[Item]) -> int:
     return EXIT_DISAGREES if found else 0
 
 
-def add_parser(sub: Any, codes: dict[int, str], review_settings: Any) -> None:
+def add_parser(sub: Any, codes: dict[int, str]) -> None:
     a = sub.add_parser(
         "audit", help="which existing pods and pod templates the rules would change or refuse (never writes)",
         epilog=exit_codes(codes, 0, 1, 2, 141),
@@ -234,5 +233,5 @@ def add_parser(sub: Any, codes: dict[int, str], review_settings: Any) -> None:
     a.add_argument("--page-size", type=positive, default=500, metavar="N", help="objects per list request")
     a.add_argument("--sync-timeout", type=_seconds, default=30.0, metavar="S",
                    help="with a cluster: how long listing its state may take")
-    review_settings(a)
+    review_settings_flags(a)
     a.set_defaults(func=run)

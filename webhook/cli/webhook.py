@@ -13,8 +13,7 @@ import orjson
 import yaml
 
 from webhook.admission.asgi import EdgePolicy, ServeOptions
-from webhook.admission.context import MAX_CONTAINERS, MAX_PATCH_BYTES, Settings
-from webhook.admission.quota_config import QuotaConfigError, load_quota_config
+from webhook.admission.context import Settings
 from webhook.admission.review import encode_response, pod_review
 from webhook.admission.service import ReviewService, dry_run
 from webhook.cli import audit
@@ -32,41 +31,17 @@ from webhook.cli.common import (
     run_main,
     service_name,
     setup_logging,
-    wait_synced,
 )
 from webhook.cli.common import port as _port
 from webhook.cli.common import seconds as _seconds
-from webhook.cluster.files import StateFileError, found, utf8, yaml_problem
-from webhook.cluster.sources import LiveSourceError, Source, build_source, describe
-from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+from webhook.cli.state import cluster_state, listed_state, review_settings, review_settings_flags
+from webhook.cluster.files import found, utf8, yaml_problem
+from webhook.cluster.sources import LiveSourceError, describe
+from webhook.cluster.state import ClusterState
 
 log = logging.getLogger("colocation-webhook")
 EXIT_DENIED = 1
 DEFAULT_CERT_DIR = Path("certs")
-
-
-def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings(on_rule_error=args.on_rule_error, max_containers=args.max_containers,
-                        max_patch_bytes=args.max_patch_bytes)
-    if args.quota_config is None:
-        return settings
-    try:
-        settings.limited_resources = load_quota_config(args.quota_config)
-    except QuotaConfigError as exc:
-        raise UsageError(f"--quota-config: {exc}") from None
-    return settings
-
-
-def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: bool = False,
-           use_in_cluster: bool | None = None) -> tuple[ClusterState, Source]:
-    state = ClusterState(WEBHOOK_KINDS)
-    try:
-        source = build_source(state, cluster_state, kubeconfig, watch_files=watch, use_in_cluster=use_in_cluster)
-    except StateFileError as exc:
-        raise UsageError(f"--cluster-state: {exc}") from None
-    except LiveSourceError as exc:
-        raise UsageError(str(exc)) from None
-    return state, source
 
 
 # -- serve ----------------------------------------------------------------------------------
@@ -88,8 +63,8 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError("--cert-dir is where serve keeps a pair of its own; with --tls-cert-file it is not used")
     if args.metrics_port and args.metrics_port == args.port:
         raise UsageError(f"--metrics-port {args.metrics_port} is the admission port (--port); give another, or 0")
-    settings = _settings(args)
-    state, source = _state(args.cluster_state, args.kubeconfig, watch=True)
+    settings = review_settings(args)
+    state, source = cluster_state(args.cluster_state, args.kubeconfig, watch=True)
     if args.tls_cert_file:
         cert, key = Path(args.tls_cert_file), Path(args.tls_private_key_file)
         if args.wait_for_certs and not wait_for_pair(cert, key):
@@ -188,27 +163,10 @@ def _review_of(doc: dict[str, Any], path: Path, operation: str | None, old: dict
     return pod_review(doc, op, old)
 
 
-def listed_state(cluster_state: Path | None, kubeconfig: str | None, in_cluster: bool,
-                 sync_timeout: float) -> tuple[ClusterState, Source | None]:
-    """The embedded example state unless a folder or a cluster is asked for; a cluster is listed (every kind
-    synced) before the offline commands answer, and its source is the caller's to stop."""
-    live = bool(kubeconfig or in_cluster)
-    state, source = _state(cluster_state, kubeconfig, use_in_cluster=in_cluster)
-    if not live:
-        return state, None
-    try:
-        source.start()
-        wait_synced(state, sync_timeout)
-    except BaseException:
-        source.stop()
-        raise
-    return state, source
-
-
 def review(args: argparse.Namespace) -> int:
     if str(args.file) == "-" and args.old is not None and str(args.old) == "-":
         raise UsageError("FILE and --old cannot both be read from stdin (-)")
-    settings = _settings(args)
+    settings = review_settings(args)
     old = _load_document(args.old, "--old") if args.old else None
     doc = _load_document(args.file, "FILE")
     state, source = listed_state(args.cluster_state, args.kubeconfig, args.in_cluster, args.sync_timeout)
@@ -367,19 +325,6 @@ EXIT_CODES = {
 }
 
 
-def _review_settings(p: argparse.ArgumentParser) -> None:
-    """What decides an answer, given to ``serve`` and ``review`` alike (``review`` answers as the server would)."""
-    p.add_argument("--quota-config", type=Path, metavar="F",
-                   help="the apiserver's AdmissionConfiguration (ResourceQuota limitedResources) for quota presence")
-    p.add_argument("--on-rule-error", choices=("allow", "deny"), default="allow",
-                   help="a rule that raises: allow the review with a warning naming the rule (fail-open, as "
-                        "failurePolicy Ignore asks), or deny it with a 500 (fail-closed)")
-    p.add_argument("--max-containers", type=positive, default=MAX_CONTAINERS, metavar="N",
-                   help="a pod with more containers (init, regular and ephemeral together) is denied with a 400")
-    p.add_argument("--max-patch-bytes", type=positive, default=MAX_PATCH_BYTES, metavar="N",
-                   help="a review whose JSONPatch would be larger is denied with a 400")
-
-
 def _state_flags(p: argparse.ArgumentParser, state_help: str, kubeconfig_help: str,
                  in_cluster_help: str | None = None) -> None:
     """Where a command reads its cluster state: ``--cluster-state DIR``, ``--kubeconfig F`` or (where it takes it)
@@ -438,7 +383,7 @@ def parser() -> argparse.ArgumentParser:
                    help="after SIGTERM: seconds of answering reviews while /readyz is 503, so the endpoints change "
                         "reaches the apiserver before the listeners close; then in-flight reviews get "
                         f"{ServeOptions().graceful_shutdown_seconds} s; a second signal stops at once; 0 stops at once")
-    _review_settings(s)
+    review_settings_flags(s)
     s.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
     s.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the least severe level logged")
     s.set_defaults(func=serve)
@@ -452,7 +397,7 @@ def parser() -> argparse.ArgumentParser:
     _state_flags(r, "a folder of manifests (default, with no source flag: the embedded example state, in a cluster "
                     "too)", "list this cluster's state (every kind) before the review",
                  "list the state of the cluster this runs in (its ServiceAccount) before the review")
-    _review_settings(r)
+    review_settings_flags(r)
     r.add_argument("--operation", choices=("CREATE", "UPDATE"),
                    help="the request's operation (default: UPDATE with --old, else CREATE)")
     r.add_argument("--old", type=Path, metavar="FILE", help="the pod before the update (for UPDATE); - reads stdin")
@@ -461,7 +406,7 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted (stderr)")
     r.set_defaults(func=review)
 
-    audit.add_parser(sub, EXIT_CODES, _review_settings)
+    audit.add_parser(sub, EXIT_CODES)
 
     pol = sub.add_parser("policies", help="print the stateless validating rules as a ValidatingAdmissionPolicy and "
                          "its binding, and a policy per colocation profile, for kubectl apply (Kubernetes 1.30+)",
