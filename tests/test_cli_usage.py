@@ -96,6 +96,22 @@ def test_review_output_on_a_mutating_denial_keeps_its_warnings(tmp_path: Path,
         'pods "web" is forbidden: no PriorityClass with name no-such-class was found'
 
 
+@pytest.mark.parametrize(("output", "what"), [("yaml", "pod"), ("json", "pod"), ("patch", "patch")])
+def test_review_prints_no_pod_on_a_denial(output: str, what: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A denied pod is not admitted: a pod (or a patch) on stdout would read as the one that would run."""
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: colo-demo}\n"
+                   "spec:\n  priorityClassName: koord-prod\n  containers:\n  - {name: web, image: nginx}\n")
+    (tmp_path / "q.yaml").write_text(KOORD_PROD_CONFIG)
+    code = webhook_cli.main(["review", str(pod), "--quota-config", str(tmp_path / "q.yaml"), "-o", output])
+    out = capsys.readouterr()
+    assert code == 1
+    assert out.out == ""
+    assert out.err.splitlines()[-1] == ("denied by quota-presence: insufficient quota to match these scopes: "
+                                        f"[{{PriorityClass In [koord-prod]}}] (no {what} on stdout)")
+
+
 def test_agent_once_short_output_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = agent_cli.main(["once", "--node-name", "n1", "-o", "text", "--cpu-sample-seconds", "0"])
     assert code == 0

@@ -190,9 +190,11 @@ def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, d
         print("\n".join(explain) or "no rule handled this request", file=sys.stderr)
         print(f"patch: {orjson.dumps(mutation.patch).decode()}", file=sys.stderr)
     outcome = run.outcome
-    if args.output == "review":
+    if args.output == "review":  # the answer itself says allowed: false, with the status and no patch
         answer = orjson.loads(encode_response(first.api_version, first.uid, outcome))
         sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif not outcome.allowed:
+        pass  # no pod is admitted and no patch applied: a pod on stdout would read as the one that would run
     elif args.output == "patch":
         sys.stdout.write(orjson.dumps(mutation.patch, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.output == "json":
@@ -202,7 +204,8 @@ def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, d
     for w in outcome.warnings:
         print(f"Warning: {w}", file=sys.stderr)
     if not outcome.allowed:
-        print(f"denied by {outcome.rule or 'webhook'}: {outcome.message}", file=sys.stderr)
+        nothing = "" if args.output == "review" else f" (no {'patch' if args.output == 'patch' else 'pod'} on stdout)"
+        print(f"denied by {outcome.rule or 'webhook'}: {outcome.message}{nothing}", file=sys.stderr)
         return EXIT_DENIED
     return 0
 
