@@ -529,3 +529,15 @@ def test_nesting_too_deep_to_read_is_named_not_a_traceback(name: str, text: str,
     (tmp_path / name).write_text(text)
     assert main(["audit", "-f", str(tmp_path / name)]) == 2
     assert f"{tmp_path / name}{message}" in capsys.readouterr().err
+
+
+def test_a_findings_warnings_are_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server cuts each warning to the apiserver's 120 characters; audit's JSON holds them whole."""
+    namespace = "a-namespace-name-of-sixty-three-characters-which-the-api-allows0"
+    pod = plain()
+    pod["metadata"]["namespace"] = namespace
+    (tmp_path / "pod.json").write_text(json.dumps(pod))
+    code, found, _ = audit(["-f", str(tmp_path / "pod.json"), "--all"], capsys)
+    assert code == 0
+    assert found[0]["detail"] == (f"namespace {namespace} is not in the webhook's cluster state; no colocation "
+                                  "profile applied")

@@ -112,6 +112,38 @@ def test_review_prints_no_pod_on_a_denial(output: str, what: str, tmp_path: Path
                                         f"[{{PriorityClass In [koord-prod]}}] (no {what} on stdout)")
 
 
+LONG_NAMESPACE = "a-namespace-name-of-sixty-three-characters-which-the-api-allows0"
+UNKNOWN_NAMESPACE_WARNING = (f"namespace {LONG_NAMESPACE} is not in the webhook's cluster state; no colocation "
+                             "profile applied")
+
+
+def test_review_prints_warnings_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server cuts a warning to the apiserver's 120 characters; on a terminal it is read whole."""
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(f"apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: {LONG_NAMESPACE}}}\n"
+                   "spec:\n  containers:\n  - {name: web, image: nginx}\n")
+    assert len(UNKNOWN_NAMESPACE_WARNING) > 120
+    for output in ("patch", "review"):
+        assert webhook_cli.main(["review", str(pod), "-o", output]) == 0
+        out = capsys.readouterr()
+        assert f"Warning: {UNKNOWN_NAMESPACE_WARNING}\n" in out.err
+        if output == "review":
+            assert json.loads(out.out)["response"]["warnings"] == [UNKNOWN_NAMESPACE_WARNING]
+
+
+def test_the_server_still_cuts_a_warning_to_120_characters() -> None:
+    from webhook.admission.context import Settings
+    from webhook.admission.review import pod_review
+    from webhook.admission.service import ReviewService, dry_run
+    from webhook.cli.state import cluster_state
+
+    state, _ = cluster_state(None)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": LONG_NAMESPACE},
+           "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+    warnings = dry_run(ReviewService(state, Settings()), pod_review(pod, "CREATE", None)).outcome.warnings
+    assert warnings == [UNKNOWN_NAMESPACE_WARNING[:118] + "…"]
+
+
 def test_agent_once_short_output_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = agent_cli.main(["once", "--node-name", "n1", "-o", "text", "--cpu-sample-seconds", "0"])
     assert code == 0

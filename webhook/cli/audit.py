@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     kinds, selector = _kinds(args.kinds), _selector(args.selector)
     settings = review_settings(args)
     settings.pinned_draw = 0  # a workload a profile converts some pods of is named, whatever the share
+    settings.warning_limit = None  # a finding's detail holds its warnings whole (the table cuts its cells)
     logging.getLogger("webhook.admission").setLevel(logging.WARNING)  # each denial is a finding, not a log line
     items = _from_files(args, kinds, selector) if args.filename else _from_cluster(args, kinds)
     if args.migrate:

@@ -167,6 +167,7 @@ def review(args: argparse.Namespace) -> int:
     if str(args.file) == "-" and args.old is not None and str(args.old) == "-":
         raise UsageError("FILE and --old cannot both be read from stdin (-)")
     settings = review_settings(args)
+    settings.warning_limit = None  # read on a terminal: whole (the server cuts each to the apiserver's 120)
     old = _load_document(args.old, "--old") if args.old else None
     doc = _load_document(args.file, "FILE")
     state, source = listed_state(args.cluster_state, args.kubeconfig, args.in_cluster, args.sync_timeout)
