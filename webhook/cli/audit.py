@@ -182,7 +182,7 @@ def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator
 
 def _migrate(args: argparse.Namespace, items: Iterator[Item]) -> int:
     """Print, per object on the legacy protocol, the patch that moves it; 1 when any is."""
-    seen = found = 0
+    seen = found = conflicts = 0
     out = sys.stdout
     for kind, obj, _where, _problem in items:
         if obj is None:
@@ -192,14 +192,19 @@ def _migrate(args: argparse.Namespace, items: Iterator[Item]) -> int:
         if m is None:
             continue
         found += 1
+        conflicts += len(m.conflicts)
         if args.output == "json":
             out.write(orjson.dumps(m.as_json()).decode() + "\n")
             continue
-        if m.note:   # a pod: the patch is what to make it again from, not a command that would work
-            out.write(f"# {kind} {m.namespace}/{m.name}: {m.note}\n# {m.command()}\n")
-        else:
-            out.write(f"# {kind} {m.namespace}/{m.name}\n{m.command()}\n")
-    print(f"audit --migrate: {found} of {seen} object(s) use the legacy ack-slo-manager protocol", file=sys.stderr)
+        # comments and commands only: the output stays a script a shell can run
+        out.write(f"# {kind} {m.namespace}/{m.name}{': ' + m.note if m.note and m.ops else ''}\n")
+        out.write("".join(f"# conflict: {c}\n" for c in m.conflicts))
+        if m.ops:  # a pod's patch is what to make it again from, not a command that would work
+            out.write(f"# {m.command()}\n" if m.note else f"{m.command()}\n")
+    unresolved = (f"; {conflicts} conflict(s) between the two protocols left as they are, named with their "
+                  "object" if conflicts else "")
+    print(f"audit --migrate: {found} of {seen} object(s) use the legacy ack-slo-manager protocol{unresolved}",
+          file=sys.stderr)
     return EXIT_DISAGREES if found else 0
 
 
