@@ -5,8 +5,10 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -184,3 +186,57 @@ def test_days_past_what_a_certificate_can_hold_exit_2(tmp_path: Path, capsys: py
     code = webhook_cli.main(["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
                              "--days", "99999999"])
     assert code == 2 and "--days must be at most 36500, got 99999999" in capsys.readouterr().err
+
+
+def _commands(p: argparse.ArgumentParser, prefix: str = "") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """(``certs generate``, its parser) for every command a user runs (the leaves of the subcommand tree)."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield prefix.strip(), p
+    for action in subs:
+        for name, sub in action.choices.items():
+            yield from _commands(sub, f"{prefix} {name}")
+
+
+def _listed(text: str) -> dict[int, str]:
+    return {int(code): what for code, what in re.findall(r"^  (\d+) +(.+)$", text.split("exit codes:\n")[1],
+                                                        flags=re.M)}
+
+
+@pytest.mark.parametrize(("module", "names"), [
+    (webhook_cli, {"serve", "review", "audit", "policies", "certs generate", "certs ca-bundle", "certs bootstrap"}),
+    (agent_cli, {"run", "once"})])
+def test_each_commands_help_lists_only_its_own_exit_codes(module: Any, names: set[str]) -> None:
+    """`certs generate --help` says nothing of review's admitted pod: each command lists its codes, in its words."""
+    commands = dict(_commands(module.parser()))
+    assert set(commands) == set(module.COMMAND_CODES) == names
+    every = {word for name in names for word in name.split()}
+    for name, p in commands.items():
+        listed = _listed(p.format_help())
+        assert listed == module.COMMAND_CODES[name], name
+        others = every - set(name.split())
+        assert not [w for w in others if re.search(rf"\b{w}:", " ".join(listed.values()))], (name, listed)
+    program = _listed(module.parser().format_help())
+    assert set(program) == {code for codes in module.COMMAND_CODES.values() for code in codes}
+
+
+def _doc_table(path: Path, heading: str) -> dict[int, str]:
+    text = path.read_text()
+    table = text[text.index(heading):].split("\n\n")[1]
+    return {int(m[0]): m[1] for m in re.findall(r"^\| (\d+) \| (.+) \|$", table, flags=re.M)}
+
+
+@pytest.mark.parametrize(("module", "doc", "heading"), [
+    (webhook_cli, ROOT / "README.md", "Exit codes of `colocation-webhook`"),
+    (agent_cli, ROOT / "docs" / "agent.md", "Exit codes (also in `colocation-agent --help`)")])
+def test_the_docs_exit_code_table_lists_every_commands_codes(module: Any, doc: Path, heading: str) -> None:
+    """The table names every code a command ends in, and where a code means something of its own per command (1),
+    every command that ends in it."""
+    table = _doc_table(doc, heading)
+    codes = module.COMMAND_CODES
+    assert set(table) == {code for c in codes.values() for code in c}
+    for code, row in table.items():
+        if code in (0, 2, 130, 141):  # done, and what run_main and the parser answer for every command
+            continue
+        missing = [name for name, c in codes.items() if code in c and f"`{name}" not in row]
+        assert missing == [], f"{doc.name}: exit code {code} does not name {missing}"

@@ -209,9 +209,10 @@ def _migrate(args: argparse.Namespace, items: Iterator[Item]) -> int:
 
 
 def add_parser(sub: Any, codes: dict[int, str]) -> None:
+    """``audit`` as a command of ``sub``; ``codes``: its exit codes, for its --help."""
     a = sub.add_parser(
         "audit", help="which existing pods and pod templates the rules would change or refuse (never writes)",
-        epilog=exit_codes(codes, 0, 1, 2, 141),
+        epilog=exit_codes(codes),
         description="Put existing pods, and the pod templates of Deployments, StatefulSets, DaemonSets, "
                     "ReplicaSets, Jobs and CronJobs, through the webhook's chains as a dry-run CREATE, and say of "
                     "each whether the rules agree with it, would change it (and how; what the apiserver's Priority "

@@ -18,7 +18,9 @@ from webhook.admission.review import encode_response, pod_review
 from webhook.admission.service import ReviewService, dry_run
 from webhook.cli import audit
 from webhook.cli.common import (
+    INTERRUPTED,
     LOG_LEVELS,
+    STDOUT_CLOSED,
     UsageError,
     exit_codes,
     listen,
@@ -318,14 +320,37 @@ def certs_bootstrap(args: argparse.Namespace) -> int:
 
 # -- entry point ----------------------------------------------------------------------------
 DESCRIPTION = "colocation-webhook: the admission webhook for colocated clusters."
+def _usage(what: str) -> str:
+    return f"unusable input: {what} (one line on stderr names it)"
+
+
+COMMAND_CODES: dict[str, dict[int, str]] = {  # each command's --help lists its own, and what they mean for it
+    "serve": {0: "stopped by SIGTERM (after --drain-delay) or SIGINT",
+              2: _usage("a flag, a file, a certificate, a kubeconfig, a port in use")},
+    "review": {0: "the pod is admitted", 1: "the pod is denied (the reason on stderr)",
+               2: _usage("a flag, a file, a cluster state, a kubeconfig"), 130: INTERRUPTED, 141: STDOUT_CLOSED},
+    "audit": {0: "every object agrees (--migrate: none uses the legacy protocol)",
+              1: "an object the rules would change or deny (--migrate: one uses the legacy protocol)",
+              2: _usage("a flag, a file, a cluster state, a kubeconfig, an API error while listing"),
+              130: INTERRUPTED, 141: STDOUT_CLOSED},
+    "policies": {0: "printed (--check: the applied profile policies are up to date)",
+                 1: "--check: an applied profile policy is missing, stale or left over",
+                 2: _usage("a flag, a file, a cluster state, a kubeconfig"), 130: INTERRUPTED, 141: STDOUT_CLOSED},
+    "certs generate": {0: "written, or a valid pair for these names kept",
+                       2: _usage("a flag, a folder, a pair for other names without --force"), 130: INTERRUPTED},
+    "certs ca-bundle": {0: "printed", 2: _usage("a flag, a missing or unreadable CA"), 130: INTERRUPTED,
+                        141: STDOUT_CLOSED},
+    "certs bootstrap": {0: "done: the Secret is usable and the configurations hold its CA",
+                        1: "an API request failed (the message names it; a Job retries)",
+                        2: _usage("a flag, a kubeconfig"), 130: INTERRUPTED},
+}
+# The program's --help: every code any command ends in; 1 differs by command, so it names them.
 EXIT_CODES = {
-    0: "done; review: the pod is admitted",
-    1: "review: the pod is denied (the reason on stderr); audit: an object the rules would change or deny; "
-       "certs bootstrap: an API request failed (a Job retries); policies --check: an applied profile policy is "
-       "missing, stale or left over",
-    2: "unusable input: a flag, a file, a certificate, a kubeconfig, a port in use (one line on stderr names it)",
-    130: "interrupted (Ctrl-C) before the work was done",
-    141: "stdout closed by its reader before all was written (| head)",
+    0: "done",
+    1: "; ".join(f"{command}: {codes[1]}" for command, codes in COMMAND_CODES.items() if 1 in codes),
+    2: _usage("a flag, a file, a certificate, a kubeconfig, a port in use"),
+    130: INTERRUPTED,
+    141: STDOUT_CLOSED,
 }
 
 
@@ -347,7 +372,7 @@ def parser() -> argparse.ArgumentParser:
     p, sub = program_parser("colocation-webhook", DESCRIPTION, EXIT_CODES)
 
     s = sub.add_parser("serve", help="serve /mutate and /validate over TLS (the embedded example state when no "
-                       "cluster is given)", epilog=exit_codes(EXIT_CODES, 0, 2),
+                       "cluster is given)", epilog=exit_codes(COMMAND_CODES["serve"]),
                        description="Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS.")
     s.add_argument("--host", default="0.0.0.0", help="address to listen on")
     s.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
@@ -393,7 +418,7 @@ def parser() -> argparse.ArgumentParser:
     s.set_defaults(func=serve)
 
     r = sub.add_parser("review", help="run the mutate-then-validate chain offline on a pod",
-                       epilog=exit_codes(EXIT_CODES, 0, 1, 2, 141),
+                       epilog=exit_codes(COMMAND_CODES["review"]),
                        description="Run the mutating then the validating chain on a Pod or AdmissionReview file, as "
                                    "the apiserver would. Exit 0 when admitted, 1 when denied, 2 on unusable input.")
     r.add_argument("file", type=Path, metavar="FILE",
@@ -410,11 +435,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted (stderr)")
     r.set_defaults(func=review)
 
-    audit.add_parser(sub, EXIT_CODES)
+    audit.add_parser(sub, COMMAND_CODES["audit"])
 
     pol = sub.add_parser("policies", help="print the stateless validating rules as a ValidatingAdmissionPolicy and "
                          "its binding, and a policy per colocation profile, for kubectl apply (Kubernetes 1.30+)",
-                         epilog=exit_codes(EXIT_CODES, 0, 1, 2, 141),
+                         epilog=exit_codes(COMMAND_CODES["policies"]),
                          description="Print the validating rules that need no cluster state as one "
                                      "ValidatingAdmissionPolicy and its binding: what "
                                      "manifests/components/admission-policies holds (docs/deploy.md, \"Admission "
@@ -437,7 +462,7 @@ def parser() -> argparse.ArgumentParser:
                        description="Make or read the serving certificate and CA for an in-cluster install.")
     csub = c.add_subparsers(dest="certs_command", required=True, metavar="COMMAND")
     g = csub.add_parser("generate", help="write ca.crt, ca.key, tls.crt, tls.key for SERVICE.NAMESPACE.svc",
-                        epilog=exit_codes(EXIT_CODES, 0, 2),
+                        epilog=exit_codes(COMMAND_CODES["certs generate"]),
                         description="Write ca.crt, ca.key, tls.crt and tls.key for SERVICE.NAMESPACE.svc. A valid "
                                     "pair already there is kept; one for other names is refused (exit 2) unless "
                                     "--force.")
@@ -450,13 +475,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--new-ca", action="store_true", help="with --force: also replace the CA (changes caBundle)")
     g.set_defaults(func=certs_generate)
     b = csub.add_parser("ca-bundle", help="print the base64 CA certificate for a webhook's caBundle",
-                        epilog=exit_codes(EXIT_CODES, 0, 2, 141),
+                        epilog=exit_codes(COMMAND_CODES["certs ca-bundle"]),
                         description="Print the base64 CA certificate for a webhook configuration's caBundle.")
     b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read")
     b.set_defaults(func=certs_ca_bundle)
     bs = csub.add_parser("bootstrap", help="in the cluster: create the serving Secret when missing or unusable "
                          "and put its CA into the webhook configurations (the install's Job)",
-                         epilog=exit_codes(EXIT_CODES, 0, 1, 2),
+                         epilog=exit_codes(COMMAND_CODES["certs bootstrap"]),
                          description="Create the serving Secret when it is missing or unusable and put its CA into "
                                      "the webhook configurations' caBundle; running it again changes nothing. Exit 0 "
                                      "when done, 1 when an API request failed (a Job retries), 2 on unusable input.")
