@@ -11,22 +11,24 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from webhook.admission.service import ReviewService
-from webhook.audit.files import ObjectsError, objects
-from webhook.audit.findings import AGREES, Finding, Tally, audit
 from webhook.audit.migrate import migration
 from webhook.audit.subjects import KINDS, PLURALS, Subject, kind_of, subject
 from webhook.cli.common import UsageError, exit_codes, namespace, positive
 from webhook.cli.common import seconds as _seconds
 from webhook.cli.state import listed_state, review_settings, review_settings_flags
-from webhook.cluster.live import LiveSourceError, api_client, paginated
-from webhook.cluster.sources import Source, describe
 from webhook.cluster.state import ClusterState, Kind
 from webhook.core.selectors import SelectorError, compile_selector, parse_selector
+
+# The rules, the file reader and the Kubernetes client are imported where they run: `colocation-webhook` builds
+# this command's flags whatever command it runs.
+if TYPE_CHECKING:
+    from webhook.admission.service import ReviewService
+    from webhook.audit.findings import Finding, Tally
+    from webhook.cluster.sources import Source
 
 EXIT_DISAGREES = 1
 _GROUPS = {"Pod": ("", "v1"), "Deployment": ("apps", "v1"), "StatefulSet": ("apps", "v1"),
@@ -60,6 +62,8 @@ Item = tuple[str, dict[str, Any] | None, str, str]
 
 
 def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any) -> Iterator[Item]:
+    from webhook.audit.files import objects
+
     for where, obj in objects(args.filename):
         if not isinstance(obj, dict):
             yield "", None, where, f"{where}: holds {type(obj).__name__}, not an object"
@@ -81,6 +85,8 @@ def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any)
 
 
 def _from_cluster(args: argparse.Namespace, kinds: tuple[str, ...]) -> Iterator[Item]:
+    from webhook.cluster.live import api_client, paginated
+
     api = api_client(args.kubeconfig, "colocation-webhook/audit")
     try:
         for kind in kinds:
@@ -97,6 +103,8 @@ def _subjects(items: Iterator[Item]) -> Iterator[Subject]:
 
 def _state(args: argparse.Namespace) -> tuple[ClusterState, Source | None]:
     """The state the rules read: --cluster-state, else the audited cluster's, else the embedded example."""
+    from webhook.cluster.sources import describe
+
     live = bool(args.kubeconfig or args.in_cluster) and args.cluster_state is None
     if args.cluster_state is None and not live:
         print(f"audit: cluster state: {describe(None, None)}; pass --cluster-state DIR for your cluster's",
@@ -119,6 +127,8 @@ def _table(rows: list[Finding], header: bool) -> str:
 
 
 def _summary(tally: Tally) -> str:
+    from webhook.audit.findings import AGREES
+
     rows = [("VERDICT", "REASON", "OBJECTS")]
     rows += [(v, r or "-", str(n)) for (v, r), n in sorted(tally.reasons.items(), key=lambda x: (-x[1], x[0]))]
     rows.append((AGREES, "-", str(tally.verdicts[AGREES])))
@@ -127,6 +137,10 @@ def _summary(tally: Tally) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from webhook.admission.service import ReviewService
+    from webhook.audit.files import ObjectsError
+    from webhook.cluster.live import LiveSourceError
+
     if not args.filename and not (args.kubeconfig or args.in_cluster):
         raise UsageError("name what to audit: -f FILE|DIR (kubectl get ... -o json|yaml output, manifests), "
                          "or a cluster with --kubeconfig F or --in-cluster")
@@ -156,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator[Subject]) -> int:
+    from webhook.audit.findings import AGREES, Tally, audit
+
     tally, block, header = Tally(), [], True
     out = sys.stdout
     try:

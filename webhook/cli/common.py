@@ -68,6 +68,12 @@ def exit_codes(codes: dict[int, str]) -> str:
     return "exit codes:\n" + "".join(f"  {code:<4} {text}\n" for code, text in codes.items())
 
 
+def first_positional(argv: list[str]) -> str | None:
+    """The command a command line names: its first word that is no option (the programs' own options, --help and
+    --version, take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
+
+
 def program_parser(prog: str, description: str,
                    codes: dict[int, str]) -> tuple[Parser, argparse._SubParsersAction[Parser]]:
     """The top-level parser of a console script: ``--version``, required subcommands (argparse lists them with

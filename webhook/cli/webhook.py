@@ -7,15 +7,11 @@ import logging
 import ssl
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
 
-from webhook.admission.asgi import EdgePolicy, ServeOptions
-from webhook.admission.context import Settings
-from webhook.admission.review import encode_response, pod_review
-from webhook.admission.service import ReviewService, dry_run
 from webhook.cli import audit
 from webhook.cli.common import (
     INTERRUPTED,
@@ -23,6 +19,7 @@ from webhook.cli.common import (
     STDOUT_CLOSED,
     UsageError,
     exit_codes,
+    first_positional,
     listen,
     listen_port,
     namespace,
@@ -37,9 +34,12 @@ from webhook.cli.common import (
 from webhook.cli.common import port as _port
 from webhook.cli.common import seconds as _seconds
 from webhook.cli.state import cluster_state, listed_state, review_settings, review_settings_flags
-from webhook.cluster.files import found, utf8, yaml_problem
-from webhook.cluster.sources import LiveSourceError, describe
-from webhook.cluster.state import ClusterState
+
+# What a command needs is imported where it runs: a command that fails on its flags or its file, and --help,
+# start without the rules, the edge or the Kubernetes client.
+if TYPE_CHECKING:
+    from webhook.admission.context import Settings
+    from webhook.cluster.state import ClusterState
 
 log = logging.getLogger("colocation-webhook")
 EXIT_DENIED = 1
@@ -48,10 +48,7 @@ DEFAULT_CERT_DIR = Path("certs")
 
 # -- serve ----------------------------------------------------------------------------------
 def serve(args: argparse.Namespace) -> int:
-    from webhook.admission.app import create_server
-    from webhook.admission.memory import this_process
-    from webhook.admission.serving import AdmissionServer
-    from webhook.tls.policy import ClientCAError
+    from webhook.cluster.sources import describe
     from webhook.tls.watch import pair_unusable, wait_for_pair
 
     setup_logging(args.log_format, args.log_level)
@@ -87,6 +84,13 @@ def serve(args: argparse.Namespace) -> int:
             raise UsageError(f"--cert-dir {cert_dir}: {exc}") from None
         cert, key = paths.cert, paths.key
         log.info("%s", what)
+    # The server itself once the input is known to be usable: bad input is answered without loading it.
+    from webhook.admission.app import create_server
+    from webhook.admission.asgi import EdgePolicy, ServeOptions
+    from webhook.admission.memory import this_process
+    from webhook.admission.serving import AdmissionServer
+    from webhook.tls.policy import ClientCAError
+
     policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight,
                         memory=this_process())
     webhook = create_server(state, settings, policy=policy, openapi=args.openapi)
@@ -119,6 +123,8 @@ def serve(args: argparse.Namespace) -> int:
 # -- review ---------------------------------------------------------------------------------
 def _load_document(path: Path, what: str) -> dict[str, Any]:
     """The one object of a Pod or AdmissionReview file (``-``: stdin), or a UsageError saying what is there."""
+    from webhook.cluster.files import found, utf8, yaml_problem
+
     name = "stdin" if str(path) == "-" else str(path)
     try:
         data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
@@ -149,6 +155,8 @@ def _load_document(path: Path, what: str) -> dict[str, Any]:
 def _review_of(doc: dict[str, Any], path: Path, operation: str | None, old: dict[str, Any] | None) -> dict[str, Any]:
     """The AdmissionReview the apiserver would send for this file: the file itself when it is one (with
     --operation and --old applied), else a dry-run v1 review of the Pod."""
+    from webhook.admission.review import pod_review
+
     if doc.get("kind") == "AdmissionReview":
         request = doc.get("request")
         if isinstance(request, dict):
@@ -182,6 +190,9 @@ def review(args: argparse.Namespace) -> int:
 
 def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, doc: dict[str, Any],
             old: dict[str, Any] | None) -> int:
+    from webhook.admission.review import encode_response
+    from webhook.admission.service import ReviewService, dry_run
+
     review = _review_of(doc, args.file, args.operation, old)
     service = ReviewService(state, settings)
     explain: list[str] | None = [] if args.explain else None
@@ -299,6 +310,7 @@ def _applied(path: Path) -> list[dict[str, Any]]:
 def certs_bootstrap(args: argparse.Namespace) -> int:
     """In-cluster (the install's Job): exit 0 done, 1 an API request failed (the Job retries), 2 unusable input."""
     from webhook.cluster.live import _client_configuration
+    from webhook.cluster.sources import LiveSourceError
     from webhook.tls.bootstrap import BootstrapError, BootstrapInputError, Target, bootstrap
 
     setup_logging(args.log_format)
@@ -344,6 +356,7 @@ COMMAND_CODES: dict[str, dict[int, str]] = {  # each command's --help lists its 
                         1: "an API request failed (the message names it; a Job retries)",
                         2: _usage("a flag, a kubeconfig"), 130: INTERRUPTED},
 }
+COMMANDS = {name.split()[0] for name in COMMAND_CODES}
 # The program's --help: every code any command ends in; 1 differs by command, so it names them.
 EXIT_CODES = {
     0: "done",
@@ -368,53 +381,62 @@ def _state_flags(p: argparse.ArgumentParser, state_help: str, kubeconfig_help: s
                         "may take")
 
 
-def parser() -> argparse.ArgumentParser:
-    p, sub = program_parser("colocation-webhook", DESCRIPTION, EXIT_CODES)
+def _serve_flags(p: argparse.ArgumentParser) -> None:
+    from webhook.admission.asgi import EdgePolicy, ServeOptions  # the whole edge: only for serve
 
-    s = sub.add_parser("serve", help="serve /mutate and /validate over TLS (the embedded example state when no "
-                       "cluster is given)", epilog=exit_codes(COMMAND_CODES["serve"]),
-                       description="Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS.")
-    s.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    s.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
-    s.add_argument("--tls-cert-file", metavar="F",
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    p.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
+    p.add_argument("--tls-cert-file", metavar="F",
                    help="serving certificate (PEM); with no TLS flags serve makes a pair of its own (--cert-dir)")
-    s.add_argument("--tls-private-key-file", metavar="F", help="its private key (PEM); goes with --tls-cert-file")
-    s.add_argument("--cert-dir", type=Path, metavar="DIR",
+    p.add_argument("--tls-private-key-file", metavar="F", help="its private key (PEM); goes with --tls-cert-file")
+    p.add_argument("--cert-dir", type=Path, metavar="DIR",
                    help=f"without TLS flags: the folder of serve's own pair for localhost and --host "
                         f"(localhost.crt/.key; default: {DEFAULT_CERT_DIR}/), signed by the CA there (ca.crt/.key) "
                         "or a new one; files serve did not write are never replaced")
-    s.add_argument("--wait-for-certs", action="store_true",
+    p.add_argument("--wait-for-certs", action="store_true",
                    help="wait until the TLS files exist and are a usable pair (a Secret created after the pod "
                         "starts) instead of exiting with code 2")
-    src = s.add_mutually_exclusive_group()
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--kubeconfig", metavar="F",
                      help="list+watch a cluster with this kubeconfig (default: in-cluster config when "
                           "KUBERNETES_SERVICE_HOST is set, else the embedded example state)")
     src.add_argument("--cluster-state", type=Path, metavar="DIR",
                      help="a folder of manifests to serve from, reloaded when a file changes")
-    s.add_argument("--client-ca-file", type=Path, metavar="F",
+    p.add_argument("--client-ca-file", type=Path, metavar="F",
                    help="PEM CA bundle: reviews are answered only to a client presenting a certificate it signed "
                         "(the apiserver, through its AdmissionConfiguration kubeConfigFile; docs/deploy.md); "
                         "/healthz and /readyz stay open to the kubelet's probes")
-    s.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
+    p.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
                    help="plain-HTTP port of /metrics, apart from the admission port; 0 disables it")
-    s.add_argument("--openapi", action="store_true", help="also serve /openapi.json and /docs")
-    s.add_argument("--max-in-flight", type=positive, default=EdgePolicy().max_in_flight, metavar="N",
+    p.add_argument("--openapi", action="store_true", help="also serve /openapi.json and /docs")
+    p.add_argument("--max-in-flight", type=positive, default=EdgePolicy().max_in_flight, metavar="N",
                    help="reviews read or answered at once; one more is answered 429 with Retry-After")
-    s.add_argument("--max-large-in-flight", type=positive, default=EdgePolicy().max_large_in_flight, metavar="N",
+    p.add_argument("--max-large-in-flight", type=positive, default=EdgePolicy().max_large_in_flight, metavar="N",
                    help="of them, reviews with a body over 64 KiB (answered one at a time off the event loop)")
-    s.add_argument("--read-header-timeout", type=_seconds, default=ServeOptions().read_header_timeout, metavar="S",
+    p.add_argument("--read-header-timeout", type=_seconds, default=ServeOptions().read_header_timeout, metavar="S",
                    help="seconds for the TLS handshake and then for a request's headers; the connection is "
                         "closed past it")
-    s.add_argument("--read-timeout", type=_seconds, default=ServeOptions().read_timeout, metavar="S",
+    p.add_argument("--read-timeout", type=_seconds, default=ServeOptions().read_timeout, metavar="S",
                    help="seconds for a whole request, body included, from its first byte (408 past it)")
-    s.add_argument("--drain-delay", type=non_negative_seconds, default=ServeOptions().drain_delay, metavar="S",
+    p.add_argument("--drain-delay", type=non_negative_seconds, default=ServeOptions().drain_delay, metavar="S",
                    help="after SIGTERM: seconds of answering reviews while /readyz is 503, so the endpoints change "
                         "reaches the apiserver before the listeners close; then in-flight reviews get "
                         f"{ServeOptions().graceful_shutdown_seconds} s; a second signal stops at once; 0 stops at once")
-    review_settings_flags(s)
-    s.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
-    s.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the least severe level logged")
+    review_settings_flags(p)
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the least severe level logged")
+
+
+def parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``only``: a run of that command, which needs no other command's flags (serve's import
+    the whole edge for their defaults)."""
+    p, sub = program_parser("colocation-webhook", DESCRIPTION, EXIT_CODES)
+
+    s = sub.add_parser("serve", help="serve /mutate and /validate over TLS (the embedded example state when no "
+                       "cluster is given)", epilog=exit_codes(COMMAND_CODES["serve"]),
+                       description="Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS.")
+    if only in (None, "serve"):
+        _serve_flags(s)
     s.set_defaults(func=serve)
 
     r = sub.add_parser("review", help="run the mutate-then-validate chain offline on a pod",
@@ -502,7 +524,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main("colocation-webhook", parser, argv)
+    command = first_positional(sys.argv[1:] if argv is None else argv)
+    return run_main("colocation-webhook", lambda: parser(command if command in COMMANDS else None), argv)
 
 
 if __name__ == "__main__":
