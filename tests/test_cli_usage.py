@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -240,3 +241,23 @@ def test_the_docs_exit_code_table_lists_every_commands_codes(module: Any, doc: P
             continue
         missing = [name for name, c in codes.items() if code in c and f"`{name}" not in row]
         assert missing == [], f"{doc.name}: exit code {code} does not name {missing}"
+
+
+HEAVY = {"kubernetes", "fastapi", "starlette", "uvicorn", "prometheus_client", "cryptography"}
+
+
+@pytest.mark.parametrize("argv", [["review", "--help"], ["review", "/no/such/pod.yaml"], ["policies", "--help"],
+                                  ["certs", "generate", "--help"], ["audit", "--help"]])
+def test_a_command_that_fails_on_its_input_starts_without_the_client_or_the_edge(argv: list[str]) -> None:
+    """What a command needs is imported where it runs: --help and bad input need neither the Kubernetes client
+    (~0.3 s) nor the HTTP edge. Module names, not a timing: the time is bench's to measure."""
+    import subprocess
+    import sys
+
+    script = ("import contextlib, io, sys\nfrom webhook.cli.webhook import main\n"
+              "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+              "    try:\n        main(sys.argv[1:])\n    except SystemExit:\n        pass\n"
+              f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r})))")
+    run = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.stdout.strip() == "[]", run.stdout + run.stderr
