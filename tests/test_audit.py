@@ -529,3 +529,52 @@ def test_nesting_too_deep_to_read_is_named_not_a_traceback(name: str, text: str,
     (tmp_path / name).write_text(text)
     assert main(["audit", "-f", str(tmp_path / name)]) == 2
     assert f"{tmp_path / name}{message}" in capsys.readouterr().err
+
+
+def test_a_findings_warnings_are_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server cuts each warning to the apiserver's 120 characters; audit's JSON holds them whole."""
+    namespace = "a-namespace-name-of-sixty-three-characters-which-the-api-allows0"
+    pod = plain()
+    pod["metadata"]["namespace"] = namespace
+    (tmp_path / "pod.json").write_text(json.dumps(pod))
+    code, found, _ = audit(["-f", str(tmp_path / "pod.json"), "--all"], capsys)
+    assert code == 0
+    assert found[0]["detail"] == (f"namespace {namespace} is not in the webhook's cluster state; no colocation "
+                                  "profile applied")
+
+
+def test_migrate_names_a_conflict_and_leaves_it_as_it_is(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both protocols naming one resource (or the QoS) with different values: which is meant is the user's to say,
+    so that part is left as it is and named with both values; the rest is migrated, the output still a script."""
+    import shlex
+
+    import jsonpatch
+
+    old, new = "alibabacloud.com/reclaimed-cpu", "kubernetes.io/batch-cpu"
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "old", "namespace": "team-a"},
+                  "spec": {"template": {
+                      "metadata": {"annotations": {"alibabacloud.com/qosClass": "BE"},
+                                   "labels": {"koordinator.sh/qosClass": "LS"}},
+                      "spec": {"containers": [
+                          {"name": "main", "resources": {"requests": {old: "1000", new: "500"},
+                                                         "limits": {old: "1k", new: 1000}}},
+                          {"name": "side", "resources": {"requests": {old: "200"}}}]}}}}
+    (tmp_path / "d.json").write_text(json.dumps(deployment))
+    assert main(["audit", "-f", str(tmp_path / "d.json"), "--migrate", "-o", "json"]) == 1
+    out, err = capsys.readouterr()
+    found = json.loads(out)
+    assert found["conflicts"] == [
+        'annotation alibabacloud.com/qosClass "BE" and label koordinator.sh/qosClass "LS" differ: left as they are, '
+        "keep the one meant",
+        f'container "main" requests: {old} "1000" and {new} "500" differ: left as it is, keep the one meant']
+    migrated = jsonpatch.apply_patch(deployment, found["patch"])["spec"]["template"]
+    assert migrated["metadata"] == deployment["spec"]["template"]["metadata"]    # the QoS conflict: untouched
+    main_res, side_res = (c["resources"] for c in migrated["spec"]["containers"])
+    assert main_res == {"requests": {old: "1000", new: "500"}, "limits": {new: 1000}}  # the same amount: one name
+    assert side_res == {"requests": {new: "200"}}
+    assert err.strip() == ("audit --migrate: 1 of 1 object(s) use the legacy ack-slo-manager protocol; 2 conflict(s) "
+                           "between the two protocols left as they are, named with their object")
+    assert main(["audit", "-f", str(tmp_path / "d.json"), "--migrate"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[:3] == ["# Deployment team-a/old", *(f"# conflict: {c}" for c in found["conflicts"])]
+    assert json.loads(shlex.split(lines[3])[8]) == found["patch"] and len(lines) == 4

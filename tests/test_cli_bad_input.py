@@ -1,13 +1,19 @@
 """The command line never throws: every subcommand of both programs, given each kind of bad input where it reads a
 file, a folder or a kubeconfig, or with its stdout closed, ends in one line that names what is wrong and an exit
-code its ``--help`` lists, never a traceback. Real processes, as a user runs them."""
+code its ``--help`` lists, never a traceback. ``serve`` and ``run`` run as real processes, as a user runs them
+(given input they took, they would serve); the commands that end by themselves run through the same ``main()`` in
+this process, where an exception that escapes it is the traceback a process would print."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
 import re
 import subprocess
 import sys
+import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -131,6 +137,36 @@ def _bad_input(tmp: Path, kind: str, folder: bool) -> str:
     return str(tmp / "input.yaml")
 
 
+# Given input it took, `run` would go on measuring and acting: a process, with a timeout. `serve` runs here with its
+# server's run() made to fail the case: a serve that took the bad input gets that far.
+SERVING = ("run",)
+
+
+def _would_serve(self: object, **_: object) -> None:
+    raise RuntimeError("serve took the bad input and went on to serve")
+
+
+def _in_process(prog: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """``main(argv)`` as the process would run it: its exit code, stdout and stderr, and an escaped exception
+    printed as the interpreter would."""
+    module = webhook_cli if prog == W else agent_cli
+    out, err = io.StringIO(), io.StringIO()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level  # setup_logging replaces them: pytest's are given back
+    try:
+        with contextlib.chdir(cwd), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = module.main(argv)
+            except SystemExit as exc:  # argparse
+                code = exc.code if isinstance(exc.code, int) else 1
+            except Exception:
+                traceback.print_exc()
+                code = 1
+    finally:
+        root.handlers[:], root.level = handlers, level
+    return subprocess.CompletedProcess(argv, code, out.getvalue(), err.getvalue())
+
+
 def _run(prog: str, argv: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     try:
         return subprocess.run([sys.executable, "-m", PROGRAMS[prog], *argv], cwd=cwd, env=ENV, capture_output=True,
@@ -157,9 +193,12 @@ def _judge(prog: str, argv: list[str], r: subprocess.CompletedProcess[str], wher
     return None
 
 
-# About 110 program starts (~1.2 s of CPU each): a minute on two idle cores, past pytest's 120 s on loaded ones.
-@pytest.mark.timeout(300)
-def test_every_subcommand_answers_bad_input_in_one_line_with_a_documented_code(tmp_path: Path) -> None:
+def test_every_subcommand_answers_bad_input_in_one_line_with_a_documented_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from webhook.admission.serving import AdmissionServer
+
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(AdmissionServer, "run", _would_serve)
     jobs = []
     for name, case in CASES.items():
         for kind in case.inputs:
@@ -167,11 +206,38 @@ def test_every_subcommand_answers_bad_input_in_one_line_with_a_documented_code(t
             work.mkdir()
             path = _bad_input(work, kind, case.folder)
             jobs.append((f"{name}: {kind}", case.prog, case.argv(path), work, Path(path).name))
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        results = list(pool.map(lambda j: (j[0], _judge(j[1], j[2], _run(j[1], j[2], j[3]), j[4])), jobs))
+    processes = [j for j in jobs if j[2][0] in SERVING]
+    with ThreadPoolExecutor(max_workers=2) as pool:  # run's processes, while the rest run here
+        started = pool.map(lambda j: (j[0], _judge(j[1], j[2], _run(j[1], j[2], j[3]), j[4])), processes)
+        results = [(j[0], _judge(j[1], j[2], _in_process(j[1], j[2], j[3]), j[4])) for j in jobs
+                   if j[2][0] not in SERVING]
+        results += list(started)
     failures = [f"{name}: {problem}" for name, problem in results if problem]
-    assert len(jobs) >= 100
+    assert len(jobs) >= 100 and len(processes) >= 10
     assert not failures, "\n".join(failures)
+
+
+def test_the_in_process_run_sees_what_a_process_would(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A usage error, an argparse error and an escaped exception come out of ``_in_process`` as from a process."""
+    usage = _in_process(W, ["review", POD, "--cluster-state", str(tmp_path / "nowhere")], tmp_path)
+    assert (usage.returncode, usage.stderr.count("\n")) == (2, 1), usage.stderr
+    parsed = _in_process(W, ["review"], tmp_path)
+    assert parsed.returncode == 2 and "the following arguments are required: FILE" in parsed.stderr
+
+    def crash(args: object) -> int:
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(webhook_cli, "review", crash)
+    crashed = _in_process(W, ["review", POD], tmp_path)
+    assert crashed.returncode == 1 and "Traceback" in crashed.stderr and "ZeroDivisionError: a bug" in crashed.stderr
+    assert (_judge(W, ["review", POD], crashed, "x") or "").startswith("a traceback")
+
+    from webhook.admission.serving import AdmissionServer
+
+    monkeypatch.setattr(AdmissionServer, "run", _would_serve)
+    served = _in_process(W, ["serve", "--host", "127.0.0.1", "--port", _port(), "--metrics-port", "0", "--cert-dir",
+                             str(tmp_path / "certs")], tmp_path)
+    assert "went on to serve" in served.stderr and _judge(W, ["serve"], served, "x") is not None
 
 
 @pytest.mark.parametrize(("prog", "argv"), [

@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,6 +99,54 @@ def test_review_output_on_a_mutating_denial_keeps_its_warnings(tmp_path: Path,
         'pods "web" is forbidden: no PriorityClass with name no-such-class was found'
 
 
+@pytest.mark.parametrize(("output", "what"), [("yaml", "pod"), ("json", "pod"), ("patch", "patch")])
+def test_review_prints_no_pod_on_a_denial(output: str, what: str, tmp_path: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """A denied pod is not admitted: a pod (or a patch) on stdout would read as the one that would run."""
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: web, namespace: colo-demo}\n"
+                   "spec:\n  priorityClassName: koord-prod\n  containers:\n  - {name: web, image: nginx}\n")
+    (tmp_path / "q.yaml").write_text(KOORD_PROD_CONFIG)
+    code = webhook_cli.main(["review", str(pod), "--quota-config", str(tmp_path / "q.yaml"), "-o", output])
+    out = capsys.readouterr()
+    assert code == 1
+    assert out.out == ""
+    assert out.err.splitlines()[-1] == ("denied by quota-presence: insufficient quota to match these scopes: "
+                                        f"[{{PriorityClass In [koord-prod]}}] (no {what} on stdout)")
+
+
+LONG_NAMESPACE = "a-namespace-name-of-sixty-three-characters-which-the-api-allows0"
+UNKNOWN_NAMESPACE_WARNING = (f"namespace {LONG_NAMESPACE} is not in the webhook's cluster state; no colocation "
+                             "profile applied")
+
+
+def test_review_prints_warnings_whole(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The server cuts a warning to the apiserver's 120 characters; on a terminal it is read whole."""
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(f"apiVersion: v1\nkind: Pod\nmetadata: {{name: web, namespace: {LONG_NAMESPACE}}}\n"
+                   "spec:\n  containers:\n  - {name: web, image: nginx}\n")
+    assert len(UNKNOWN_NAMESPACE_WARNING) > 120
+    for output in ("patch", "review"):
+        assert webhook_cli.main(["review", str(pod), "-o", output]) == 0
+        out = capsys.readouterr()
+        assert f"Warning: {UNKNOWN_NAMESPACE_WARNING}\n" in out.err
+        if output == "review":
+            assert json.loads(out.out)["response"]["warnings"] == [UNKNOWN_NAMESPACE_WARNING]
+
+
+def test_the_server_still_cuts_a_warning_to_120_characters() -> None:
+    from webhook.admission.context import Settings
+    from webhook.admission.review import pod_review
+    from webhook.admission.service import ReviewService, dry_run
+    from webhook.cli.state import cluster_state
+
+    state, _ = cluster_state(None)
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": LONG_NAMESPACE},
+           "spec": {"containers": [{"name": "web", "image": "nginx"}]}}
+    warnings = dry_run(ReviewService(state, Settings()), pod_review(pod, "CREATE", None)).outcome.warnings
+    assert warnings == [UNKNOWN_NAMESPACE_WARNING[:118] + "…"]
+
+
 def test_agent_once_short_output_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = agent_cli.main(["once", "--node-name", "n1", "-o", "text", "--cpu-sample-seconds", "0"])
     assert code == 0
@@ -136,3 +187,77 @@ def test_days_past_what_a_certificate_can_hold_exit_2(tmp_path: Path, capsys: py
     code = webhook_cli.main(["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(tmp_path),
                              "--days", "99999999"])
     assert code == 2 and "--days must be at most 36500, got 99999999" in capsys.readouterr().err
+
+
+def _commands(p: argparse.ArgumentParser, prefix: str = "") -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """(``certs generate``, its parser) for every command a user runs (the leaves of the subcommand tree)."""
+    subs = [a for a in p._actions if isinstance(a, argparse._SubParsersAction)]
+    if not subs:
+        yield prefix.strip(), p
+    for action in subs:
+        for name, sub in action.choices.items():
+            yield from _commands(sub, f"{prefix} {name}")
+
+
+def _listed(text: str) -> dict[int, str]:
+    return {int(code): what for code, what in re.findall(r"^  (\d+) +(.+)$", text.split("exit codes:\n")[1],
+                                                        flags=re.M)}
+
+
+@pytest.mark.parametrize(("module", "names"), [
+    (webhook_cli, {"serve", "review", "audit", "policies", "certs generate", "certs ca-bundle", "certs bootstrap"}),
+    (agent_cli, {"run", "once"})])
+def test_each_commands_help_lists_only_its_own_exit_codes(module: Any, names: set[str]) -> None:
+    """`certs generate --help` says nothing of review's admitted pod: each command lists its codes, in its words."""
+    commands = dict(_commands(module.parser()))
+    assert set(commands) == set(module.COMMAND_CODES) == names
+    every = {word for name in names for word in name.split()}
+    for name, p in commands.items():
+        listed = _listed(p.format_help())
+        assert listed == module.COMMAND_CODES[name], name
+        others = every - set(name.split())
+        assert not [w for w in others if re.search(rf"\b{w}:", " ".join(listed.values()))], (name, listed)
+    program = _listed(module.parser().format_help())
+    assert set(program) == {code for codes in module.COMMAND_CODES.values() for code in codes}
+
+
+def _doc_table(path: Path, heading: str) -> dict[int, str]:
+    text = path.read_text()
+    table = text[text.index(heading):].split("\n\n")[1]
+    return {int(m[0]): m[1] for m in re.findall(r"^\| (\d+) \| (.+) \|$", table, flags=re.M)}
+
+
+@pytest.mark.parametrize(("module", "doc", "heading"), [
+    (webhook_cli, ROOT / "README.md", "Exit codes of `colocation-webhook`"),
+    (agent_cli, ROOT / "docs" / "agent.md", "Exit codes (also in `colocation-agent --help`)")])
+def test_the_docs_exit_code_table_lists_every_commands_codes(module: Any, doc: Path, heading: str) -> None:
+    """The table names every code a command ends in, and where a code means something of its own per command (1),
+    every command that ends in it."""
+    table = _doc_table(doc, heading)
+    codes = module.COMMAND_CODES
+    assert set(table) == {code for c in codes.values() for code in c}
+    for code, row in table.items():
+        if code in (0, 2, 130, 141):  # done, and what run_main and the parser answer for every command
+            continue
+        missing = [name for name, c in codes.items() if code in c and f"`{name}" not in row]
+        assert missing == [], f"{doc.name}: exit code {code} does not name {missing}"
+
+
+HEAVY = {"kubernetes", "fastapi", "starlette", "uvicorn", "prometheus_client", "cryptography"}
+
+
+@pytest.mark.parametrize("argv", [["review", "--help"], ["review", "/no/such/pod.yaml"], ["policies", "--help"],
+                                  ["certs", "generate", "--help"], ["audit", "--help"]])
+def test_a_command_that_fails_on_its_input_starts_without_the_client_or_the_edge(argv: list[str]) -> None:
+    """What a command needs is imported where it runs: --help and bad input need neither the Kubernetes client
+    (~0.3 s) nor the HTTP edge. Module names, not a timing: the time is bench's to measure."""
+    import subprocess
+    import sys
+
+    script = ("import contextlib, io, sys\nfrom webhook.cli.webhook import main\n"
+              "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
+              "    try:\n        main(sys.argv[1:])\n    except SystemExit:\n        pass\n"
+              f"print(sorted({{m.split('.')[0] for m in sys.modules}} & set({sorted(HEAVY)!r})))")
+    run = subprocess.run([sys.executable, "-c", script, *argv], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert run.stdout.strip() == "[]", run.stdout + run.stderr

@@ -147,10 +147,11 @@ def _rule_failed(name: str, exc: Exception, ctx: _Context) -> Decision:
         decision = errored(500, f"internal error in rule {name}: {type(exc).__name__}", rule=name)
     elif isinstance(ctx, MutatingContext):
         decision = Decision(rule=name, warnings=[shorten_warning(
-            f"colocation-webhook: rule {name} failed ({type(exc).__name__}); admitted without its changes")])
+            f"colocation-webhook: rule {name} failed ({type(exc).__name__}); admitted without its changes",
+            ctx.settings.warning_limit)])
     else:  # the rules before passed: their warnings and annotations stand
         warning = shorten_warning(f"colocation-webhook: rule {name} failed ({type(exc).__name__}); admitted "
-                                  "without the remaining checks")
+                                  "without the remaining checks", ctx.settings.warning_limit)
         decision = Decision(rule=name, warnings=[*ctx.warnings, warning], audit_annotations=ctx.audit_annotations)
     decision.rule_failed = True
     return decision

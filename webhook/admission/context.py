@@ -43,11 +43,14 @@ class Settings:
     # Every pod's probability draw, when set (`audit`: a pod template stands for all the pods it makes, which draw
     # each for itself, so 0 lets every profile above 0 % count and nothing is recorded); None draws per pod.
     pinned_draw: int | None = None
+    # The length a warning is cut to: the apiserver's guidance for what it passes on to kubectl. None keeps every
+    # warning whole (`review`, `audit`: a person reads them on a terminal, not through the apiserver).
+    warning_limit: int | None = WARNING_LIMIT
 
 
-def shorten_warning(text: str) -> str:
-    """A warning cut to the apiserver's 120 characters."""
-    return text if len(text) < WARNING_LIMIT else text[: WARNING_LIMIT - 2] + "…"
+def shorten_warning(text: str, limit: int | None = WARNING_LIMIT) -> str:
+    """A warning cut to ``limit`` characters (the apiserver's 120), or whole when ``limit`` is None."""
+    return text if limit is None or len(text) < limit else text[: limit - 2] + "…"
 
 
 # The contexts are plain classes, not dataclasses: mypyc compiles their __init__, where a dataclass's is generated
@@ -96,8 +99,8 @@ class _Context:
         return self.identity or "Unknown"
 
     def warn(self, text: str) -> None:
-        """A warning for the client (kubectl prints it), shortened to the apiserver's 120 characters."""
-        text = shorten_warning(text)
+        """A warning for the client (kubectl prints it), shortened to ``Settings.warning_limit``."""
+        text = shorten_warning(text, self.settings.warning_limit)
         if text not in self.warnings:
             self.warnings.append(text)
 

@@ -23,6 +23,8 @@ from webhook.agent.domain.durations import DurationError, parse_duration
 from webhook.agent.domain.memory_notify import MODES
 from webhook.agent.domain.thresholds import ThresholdError, parse_thresholds, parse_transition_period
 from webhook.cli.common import (
+    INTERRUPTED,
+    STDOUT_CLOSED,
     UsageError,
     exit_codes,
     namespace,
@@ -297,18 +299,24 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 DESCRIPTION = "colocation-agent: the node agent (memory eviction, kubelet-style thresholds, batch resources)."
+USAGE = "unusable input: a flag, a file, a kubeconfig, a port in use (one line on stderr names it)"
+COMMAND_CODES: dict[str, dict[int, str]] = {  # each command's --help lists its own
+    "run": {0: "stopped by SIGTERM or SIGINT", 2: USAGE},
+    "once": {0: "the cycle is printed", 2: USAGE.replace(", a port in use", ""), 130: INTERRUPTED,
+             141: STDOUT_CLOSED},
+}
 EXIT_CODES = {
     0: "done (run: stopped by SIGTERM or SIGINT)",
-    2: "unusable input: a flag, a file, a kubeconfig, a port in use (one line on stderr names it)",
-    130: "interrupted (Ctrl-C) before the work was done",
-    141: "once: stdout closed by its reader before all was written (| head)",
+    2: USAGE,
+    130: INTERRUPTED,
+    141: f"once: {STDOUT_CLOSED}",
 }
 
 
 def parser() -> argparse.ArgumentParser:
     p, sub = program_parser("colocation-agent", DESCRIPTION, EXIT_CODES)
 
-    r = sub.add_parser("run", help="measure, decide and act every --interval", epilog=exit_codes(EXIT_CODES, 0, 2),
+    r = sub.add_parser("run", help="measure, decide and act every --interval", epilog=exit_codes(COMMAND_CODES["run"]),
                        description="Measure the node, evict BE pods past the memory watermark or a kubelet-style "
                                    "threshold, and publish batch resources in the node status, every --interval.")
     _common(r)
@@ -325,7 +333,7 @@ def parser() -> argparse.ArgumentParser:
     r.set_defaults(func=run)
 
     o = sub.add_parser("once", help="one measure-and-decide cycle, printed, nothing acted on",
-                       epilog=exit_codes(EXIT_CODES, 0, 2, 141),
+                       epilog=exit_codes(COMMAND_CODES["once"]),
                        description="Measure this machine once and print what the agent would decide; nothing is "
                                    "acted on. With no cluster flag, no pods are known (the node alone is measured).")
     _common(o)

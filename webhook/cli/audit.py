@@ -11,21 +11,24 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from webhook.admission.service import ReviewService
-from webhook.audit.files import ObjectsError, objects
-from webhook.audit.findings import AGREES, Finding, Tally, audit
 from webhook.audit.migrate import migration
 from webhook.audit.subjects import KINDS, PLURALS, Subject, kind_of, subject
 from webhook.cli.common import UsageError, exit_codes, namespace, positive
 from webhook.cli.common import seconds as _seconds
-from webhook.cluster.live import LiveSourceError, api_client, paginated
-from webhook.cluster.sources import Source, describe
+from webhook.cli.state import listed_state, review_settings, review_settings_flags
 from webhook.cluster.state import ClusterState, Kind
 from webhook.core.selectors import SelectorError, compile_selector, parse_selector
+
+# The rules, the file reader and the Kubernetes client are imported where they run: `colocation-webhook` builds
+# this command's flags whatever command it runs.
+if TYPE_CHECKING:
+    from webhook.admission.service import ReviewService
+    from webhook.audit.findings import Finding, Tally
+    from webhook.cluster.sources import Source
 
 EXIT_DISAGREES = 1
 _GROUPS = {"Pod": ("", "v1"), "Deployment": ("apps", "v1"), "StatefulSet": ("apps", "v1"),
@@ -59,6 +62,8 @@ Item = tuple[str, dict[str, Any] | None, str, str]
 
 
 def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any) -> Iterator[Item]:
+    from webhook.audit.files import objects
+
     for where, obj in objects(args.filename):
         if not isinstance(obj, dict):
             yield "", None, where, f"{where}: holds {type(obj).__name__}, not an object"
@@ -80,6 +85,8 @@ def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any)
 
 
 def _from_cluster(args: argparse.Namespace, kinds: tuple[str, ...]) -> Iterator[Item]:
+    from webhook.cluster.live import api_client, paginated
+
     api = api_client(args.kubeconfig, "colocation-webhook/audit")
     try:
         for kind in kinds:
@@ -96,7 +103,8 @@ def _subjects(items: Iterator[Item]) -> Iterator[Subject]:
 
 def _state(args: argparse.Namespace) -> tuple[ClusterState, Source | None]:
     """The state the rules read: --cluster-state, else the audited cluster's, else the embedded example."""
-    from webhook.cli.webhook import listed_state
+    from webhook.cluster.sources import describe
+
     live = bool(args.kubeconfig or args.in_cluster) and args.cluster_state is None
     if args.cluster_state is None and not live:
         print(f"audit: cluster state: {describe(None, None)}; pass --cluster-state DIR for your cluster's",
@@ -119,6 +127,8 @@ def _table(rows: list[Finding], header: bool) -> str:
 
 
 def _summary(tally: Tally) -> str:
+    from webhook.audit.findings import AGREES
+
     rows = [("VERDICT", "REASON", "OBJECTS")]
     rows += [(v, r or "-", str(n)) for (v, r), n in sorted(tally.reasons.items(), key=lambda x: (-x[1], x[0]))]
     rows.append((AGREES, "-", str(tally.verdicts[AGREES])))
@@ -127,7 +137,10 @@ def _summary(tally: Tally) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.cli.webhook import _settings
+    from webhook.admission.service import ReviewService
+    from webhook.audit.files import ObjectsError
+    from webhook.cluster.live import LiveSourceError
+
     if not args.filename and not (args.kubeconfig or args.in_cluster):
         raise UsageError("name what to audit: -f FILE|DIR (kubectl get ... -o json|yaml output, manifests), "
                          "or a cluster with --kubeconfig F or --in-cluster")
@@ -135,8 +148,9 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("-f reads objects from files; --kubeconfig/--in-cluster from a cluster: choose one "
                          "(--cluster-state DIR sets the state the rules read)")
     kinds, selector = _kinds(args.kinds), _selector(args.selector)
-    settings = _settings(args)
+    settings = review_settings(args)
     settings.pinned_draw = 0  # a workload a profile converts some pods of is named, whatever the share
+    settings.warning_limit = None  # a finding's detail holds its warnings whole (the table cuts its cells)
     logging.getLogger("webhook.admission").setLevel(logging.WARNING)  # each denial is a finding, not a log line
     items = _from_files(args, kinds, selector) if args.filename else _from_cluster(args, kinds)
     if args.migrate:
@@ -156,6 +170,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator[Subject]) -> int:
+    from webhook.audit.findings import AGREES, Tally, audit
+
     tally, block, header = Tally(), [], True
     out = sys.stdout
     try:
@@ -182,7 +198,7 @@ def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator
 
 def _migrate(args: argparse.Namespace, items: Iterator[Item]) -> int:
     """Print, per object on the legacy protocol, the patch that moves it; 1 when any is."""
-    seen = found = 0
+    seen = found = conflicts = 0
     out = sys.stdout
     for kind, obj, _where, _problem in items:
         if obj is None:
@@ -192,21 +208,27 @@ def _migrate(args: argparse.Namespace, items: Iterator[Item]) -> int:
         if m is None:
             continue
         found += 1
+        conflicts += len(m.conflicts)
         if args.output == "json":
             out.write(orjson.dumps(m.as_json()).decode() + "\n")
             continue
-        if m.note:   # a pod: the patch is what to make it again from, not a command that would work
-            out.write(f"# {kind} {m.namespace}/{m.name}: {m.note}\n# {m.command()}\n")
-        else:
-            out.write(f"# {kind} {m.namespace}/{m.name}\n{m.command()}\n")
-    print(f"audit --migrate: {found} of {seen} object(s) use the legacy ack-slo-manager protocol", file=sys.stderr)
+        # comments and commands only: the output stays a script a shell can run
+        out.write(f"# {kind} {m.namespace}/{m.name}{': ' + m.note if m.note and m.ops else ''}\n")
+        out.write("".join(f"# conflict: {c}\n" for c in m.conflicts))
+        if m.ops:  # a pod's patch is what to make it again from, not a command that would work
+            out.write(f"# {m.command()}\n" if m.note else f"{m.command()}\n")
+    unresolved = (f"; {conflicts} conflict(s) between the two protocols left as they are, named with their "
+                  "object" if conflicts else "")
+    print(f"audit --migrate: {found} of {seen} object(s) use the legacy ack-slo-manager protocol{unresolved}",
+          file=sys.stderr)
     return EXIT_DISAGREES if found else 0
 
 
-def add_parser(sub: Any, codes: dict[int, str], review_settings: Any) -> None:
+def add_parser(sub: Any, codes: dict[int, str]) -> None:
+    """``audit`` as a command of ``sub``; ``codes``: its exit codes, for its --help."""
     a = sub.add_parser(
         "audit", help="which existing pods and pod templates the rules would change or refuse (never writes)",
-        epilog=exit_codes(codes, 0, 1, 2, 141),
+        epilog=exit_codes(codes),
         description="Put existing pods, and the pod templates of Deployments, StatefulSets, DaemonSets, "
                     "ReplicaSets, Jobs and CronJobs, through the webhook's chains as a dry-run CREATE, and say of "
                     "each whether the rules agree with it, would change it (and how; what the apiserver's Priority "
@@ -234,5 +256,5 @@ def add_parser(sub: Any, codes: dict[int, str], review_settings: Any) -> None:
     a.add_argument("--page-size", type=positive, default=500, metavar="N", help="objects per list request")
     a.add_argument("--sync-timeout", type=_seconds, default=30.0, metavar="S",
                    help="with a cluster: how long listing its state may take")
-    review_settings(a)
+    review_settings_flags(a)
     a.set_defaults(func=run)

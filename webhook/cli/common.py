@@ -58,10 +58,21 @@ class Parser(argparse.ArgumentParser):
         sys.exit(EXIT_USAGE)
 
 
-def exit_codes(codes: dict[int, str], *which: int) -> str:
-    """The ``--help`` epilog listing a program's exit codes, or a subcommand's (``which`` of them)."""
-    return "exit codes:\n" + "".join(f"  {code:<4} {text}\n" for code, text in codes.items()
-                                      if not which or code in which)
+# What two codes mean whichever command ends in them (run_main's).
+INTERRUPTED = "interrupted (Ctrl-C) before the work was done"
+STDOUT_CLOSED = "stdout closed by its reader before all was written (| head, | grep -q)"
+
+
+def exit_codes(codes: dict[int, str]) -> str:
+    """The ``--help`` epilog listing the exit codes of a program or of one command: each command lists its own,
+    with what they mean for it."""
+    return "exit codes:\n" + "".join(f"  {code:<4} {text}\n" for code, text in codes.items())
+
+
+def first_positional(argv: list[str]) -> str | None:
+    """The command a command line names: its first word that is no option (the programs' own options, --help and
+    --version, take no value)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def program_parser(prog: str, description: str,

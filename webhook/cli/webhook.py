@@ -7,21 +7,19 @@ import logging
 import ssl
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import yaml
 
-from webhook.admission.asgi import EdgePolicy, ServeOptions
-from webhook.admission.context import MAX_CONTAINERS, MAX_PATCH_BYTES, Settings
-from webhook.admission.quota_config import QuotaConfigError, load_quota_config
-from webhook.admission.review import encode_response, pod_review
-from webhook.admission.service import ReviewService, dry_run
 from webhook.cli import audit
 from webhook.cli.common import (
+    INTERRUPTED,
     LOG_LEVELS,
+    STDOUT_CLOSED,
     UsageError,
     exit_codes,
+    first_positional,
     listen,
     listen_port,
     namespace,
@@ -32,49 +30,25 @@ from webhook.cli.common import (
     run_main,
     service_name,
     setup_logging,
-    wait_synced,
 )
 from webhook.cli.common import port as _port
 from webhook.cli.common import seconds as _seconds
-from webhook.cluster.files import StateFileError, found, utf8, yaml_problem
-from webhook.cluster.sources import LiveSourceError, Source, build_source, describe
-from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+from webhook.cli.state import cluster_state, listed_state, review_settings, review_settings_flags
+
+# What a command needs is imported where it runs: a command that fails on its flags or its file, and --help,
+# start without the rules, the edge or the Kubernetes client.
+if TYPE_CHECKING:
+    from webhook.admission.context import Settings
+    from webhook.cluster.state import ClusterState
 
 log = logging.getLogger("colocation-webhook")
 EXIT_DENIED = 1
 DEFAULT_CERT_DIR = Path("certs")
 
 
-def _settings(args: argparse.Namespace) -> Settings:
-    settings = Settings(on_rule_error=args.on_rule_error, max_containers=args.max_containers,
-                        max_patch_bytes=args.max_patch_bytes)
-    if args.quota_config is None:
-        return settings
-    try:
-        settings.limited_resources = load_quota_config(args.quota_config)
-    except QuotaConfigError as exc:
-        raise UsageError(f"--quota-config: {exc}") from None
-    return settings
-
-
-def _state(cluster_state: Path | None, kubeconfig: str | None = None, watch: bool = False,
-           use_in_cluster: bool | None = None) -> tuple[ClusterState, Source]:
-    state = ClusterState(WEBHOOK_KINDS)
-    try:
-        source = build_source(state, cluster_state, kubeconfig, watch_files=watch, use_in_cluster=use_in_cluster)
-    except StateFileError as exc:
-        raise UsageError(f"--cluster-state: {exc}") from None
-    except LiveSourceError as exc:
-        raise UsageError(str(exc)) from None
-    return state, source
-
-
 # -- serve ----------------------------------------------------------------------------------
 def serve(args: argparse.Namespace) -> int:
-    from webhook.admission.app import create_server
-    from webhook.admission.memory import this_process
-    from webhook.admission.serving import AdmissionServer
-    from webhook.tls.policy import ClientCAError
+    from webhook.cluster.sources import describe
     from webhook.tls.watch import pair_unusable, wait_for_pair
 
     setup_logging(args.log_format, args.log_level)
@@ -88,8 +62,8 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError("--cert-dir is where serve keeps a pair of its own; with --tls-cert-file it is not used")
     if args.metrics_port and args.metrics_port == args.port:
         raise UsageError(f"--metrics-port {args.metrics_port} is the admission port (--port); give another, or 0")
-    settings = _settings(args)
-    state, source = _state(args.cluster_state, args.kubeconfig, watch=True)
+    settings = review_settings(args)
+    state, source = cluster_state(args.cluster_state, args.kubeconfig, watch=True)
     if args.tls_cert_file:
         cert, key = Path(args.tls_cert_file), Path(args.tls_private_key_file)
         if args.wait_for_certs and not wait_for_pair(cert, key):
@@ -110,6 +84,13 @@ def serve(args: argparse.Namespace) -> int:
             raise UsageError(f"--cert-dir {cert_dir}: {exc}") from None
         cert, key = paths.cert, paths.key
         log.info("%s", what)
+    # The server itself once the input is known to be usable: bad input is answered without loading it.
+    from webhook.admission.app import create_server
+    from webhook.admission.asgi import EdgePolicy, ServeOptions
+    from webhook.admission.memory import this_process
+    from webhook.admission.serving import AdmissionServer
+    from webhook.tls.policy import ClientCAError
+
     policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight,
                         memory=this_process())
     webhook = create_server(state, settings, policy=policy, openapi=args.openapi)
@@ -142,6 +123,8 @@ def serve(args: argparse.Namespace) -> int:
 # -- review ---------------------------------------------------------------------------------
 def _load_document(path: Path, what: str) -> dict[str, Any]:
     """The one object of a Pod or AdmissionReview file (``-``: stdin), or a UsageError saying what is there."""
+    from webhook.cluster.files import found, utf8, yaml_problem
+
     name = "stdin" if str(path) == "-" else str(path)
     try:
         data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
@@ -172,6 +155,8 @@ def _load_document(path: Path, what: str) -> dict[str, Any]:
 def _review_of(doc: dict[str, Any], path: Path, operation: str | None, old: dict[str, Any] | None) -> dict[str, Any]:
     """The AdmissionReview the apiserver would send for this file: the file itself when it is one (with
     --operation and --old applied), else a dry-run v1 review of the Pod."""
+    from webhook.admission.review import pod_review
+
     if doc.get("kind") == "AdmissionReview":
         request = doc.get("request")
         if isinstance(request, dict):
@@ -188,27 +173,11 @@ def _review_of(doc: dict[str, Any], path: Path, operation: str | None, old: dict
     return pod_review(doc, op, old)
 
 
-def listed_state(cluster_state: Path | None, kubeconfig: str | None, in_cluster: bool,
-                 sync_timeout: float) -> tuple[ClusterState, Source | None]:
-    """The embedded example state unless a folder or a cluster is asked for; a cluster is listed (every kind
-    synced) before the offline commands answer, and its source is the caller's to stop."""
-    live = bool(kubeconfig or in_cluster)
-    state, source = _state(cluster_state, kubeconfig, use_in_cluster=in_cluster)
-    if not live:
-        return state, None
-    try:
-        source.start()
-        wait_synced(state, sync_timeout)
-    except BaseException:
-        source.stop()
-        raise
-    return state, source
-
-
 def review(args: argparse.Namespace) -> int:
     if str(args.file) == "-" and args.old is not None and str(args.old) == "-":
         raise UsageError("FILE and --old cannot both be read from stdin (-)")
-    settings = _settings(args)
+    settings = review_settings(args)
+    settings.warning_limit = None  # read on a terminal: whole (the server cuts each to the apiserver's 120)
     old = _load_document(args.old, "--old") if args.old else None
     doc = _load_document(args.file, "FILE")
     state, source = listed_state(args.cluster_state, args.kubeconfig, args.in_cluster, args.sync_timeout)
@@ -221,6 +190,9 @@ def review(args: argparse.Namespace) -> int:
 
 def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, doc: dict[str, Any],
             old: dict[str, Any] | None) -> int:
+    from webhook.admission.review import encode_response
+    from webhook.admission.service import ReviewService, dry_run
+
     review = _review_of(doc, args.file, args.operation, old)
     service = ReviewService(state, settings)
     explain: list[str] | None = [] if args.explain else None
@@ -232,9 +204,11 @@ def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, d
         print("\n".join(explain) or "no rule handled this request", file=sys.stderr)
         print(f"patch: {orjson.dumps(mutation.patch).decode()}", file=sys.stderr)
     outcome = run.outcome
-    if args.output == "review":
+    if args.output == "review":  # the answer itself says allowed: false, with the status and no patch
         answer = orjson.loads(encode_response(first.api_version, first.uid, outcome))
         sys.stdout.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2).decode() + "\n")
+    elif not outcome.allowed:
+        pass  # no pod is admitted and no patch applied: a pod on stdout would read as the one that would run
     elif args.output == "patch":
         sys.stdout.write(orjson.dumps(mutation.patch, option=orjson.OPT_INDENT_2).decode() + "\n")
     elif args.output == "json":
@@ -244,7 +218,8 @@ def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, d
     for w in outcome.warnings:
         print(f"Warning: {w}", file=sys.stderr)
     if not outcome.allowed:
-        print(f"denied by {outcome.rule or 'webhook'}: {outcome.message}", file=sys.stderr)
+        nothing = "" if args.output == "review" else f" (no {'patch' if args.output == 'patch' else 'pod'} on stdout)"
+        print(f"denied by {outcome.rule or 'webhook'}: {outcome.message}{nothing}", file=sys.stderr)
         return EXIT_DENIED
     return 0
 
@@ -335,6 +310,7 @@ def _applied(path: Path) -> list[dict[str, Any]]:
 def certs_bootstrap(args: argparse.Namespace) -> int:
     """In-cluster (the install's Job): exit 0 done, 1 an API request failed (the Job retries), 2 unusable input."""
     from webhook.cluster.live import _client_configuration
+    from webhook.cluster.sources import LiveSourceError
     from webhook.tls.bootstrap import BootstrapError, BootstrapInputError, Target, bootstrap
 
     setup_logging(args.log_format)
@@ -356,28 +332,39 @@ def certs_bootstrap(args: argparse.Namespace) -> int:
 
 # -- entry point ----------------------------------------------------------------------------
 DESCRIPTION = "colocation-webhook: the admission webhook for colocated clusters."
-EXIT_CODES = {
-    0: "done; review: the pod is admitted",
-    1: "review: the pod is denied (the reason on stderr); audit: an object the rules would change or deny; "
-       "certs bootstrap: an API request failed (a Job retries); policies --check: an applied profile policy is "
-       "missing, stale or left over",
-    2: "unusable input: a flag, a file, a certificate, a kubeconfig, a port in use (one line on stderr names it)",
-    130: "interrupted (Ctrl-C) before the work was done",
-    141: "stdout closed by its reader before all was written (| head)",
+def _usage(what: str) -> str:
+    return f"unusable input: {what} (one line on stderr names it)"
+
+
+COMMAND_CODES: dict[str, dict[int, str]] = {  # each command's --help lists its own, and what they mean for it
+    "serve": {0: "stopped by SIGTERM (after --drain-delay) or SIGINT",
+              2: _usage("a flag, a file, a certificate, a kubeconfig, a port in use")},
+    "review": {0: "the pod is admitted", 1: "the pod is denied (the reason on stderr)",
+               2: _usage("a flag, a file, a cluster state, a kubeconfig"), 130: INTERRUPTED, 141: STDOUT_CLOSED},
+    "audit": {0: "every object agrees (--migrate: none uses the legacy protocol)",
+              1: "an object the rules would change or deny (--migrate: one uses the legacy protocol)",
+              2: _usage("a flag, a file, a cluster state, a kubeconfig, an API error while listing"),
+              130: INTERRUPTED, 141: STDOUT_CLOSED},
+    "policies": {0: "printed (--check: the applied profile policies are up to date)",
+                 1: "--check: an applied profile policy is missing, stale or left over",
+                 2: _usage("a flag, a file, a cluster state, a kubeconfig"), 130: INTERRUPTED, 141: STDOUT_CLOSED},
+    "certs generate": {0: "written, or a valid pair for these names kept",
+                       2: _usage("a flag, a folder, a pair for other names without --force"), 130: INTERRUPTED},
+    "certs ca-bundle": {0: "printed", 2: _usage("a flag, a missing or unreadable CA"), 130: INTERRUPTED,
+                        141: STDOUT_CLOSED},
+    "certs bootstrap": {0: "done: the Secret is usable and the configurations hold its CA",
+                        1: "an API request failed (the message names it; a Job retries)",
+                        2: _usage("a flag, a kubeconfig"), 130: INTERRUPTED},
 }
-
-
-def _review_settings(p: argparse.ArgumentParser) -> None:
-    """What decides an answer, given to ``serve`` and ``review`` alike (``review`` answers as the server would)."""
-    p.add_argument("--quota-config", type=Path, metavar="F",
-                   help="the apiserver's AdmissionConfiguration (ResourceQuota limitedResources) for quota presence")
-    p.add_argument("--on-rule-error", choices=("allow", "deny"), default="allow",
-                   help="a rule that raises: allow the review with a warning naming the rule (fail-open, as "
-                        "failurePolicy Ignore asks), or deny it with a 500 (fail-closed)")
-    p.add_argument("--max-containers", type=positive, default=MAX_CONTAINERS, metavar="N",
-                   help="a pod with more containers (init, regular and ephemeral together) is denied with a 400")
-    p.add_argument("--max-patch-bytes", type=positive, default=MAX_PATCH_BYTES, metavar="N",
-                   help="a review whose JSONPatch would be larger is denied with a 400")
+COMMANDS = {name.split()[0] for name in COMMAND_CODES}
+# The program's --help: every code any command ends in; 1 differs by command, so it names them.
+EXIT_CODES = {
+    0: "done",
+    1: "; ".join(f"{command}: {codes[1]}" for command, codes in COMMAND_CODES.items() if 1 in codes),
+    2: _usage("a flag, a file, a certificate, a kubeconfig, a port in use"),
+    130: INTERRUPTED,
+    141: STDOUT_CLOSED,
+}
 
 
 def _state_flags(p: argparse.ArgumentParser, state_help: str, kubeconfig_help: str,
@@ -394,57 +381,66 @@ def _state_flags(p: argparse.ArgumentParser, state_help: str, kubeconfig_help: s
                         "may take")
 
 
-def parser() -> argparse.ArgumentParser:
-    p, sub = program_parser("colocation-webhook", DESCRIPTION, EXIT_CODES)
+def _serve_flags(p: argparse.ArgumentParser) -> None:
+    from webhook.admission.asgi import EdgePolicy, ServeOptions  # the whole edge: only for serve
 
-    s = sub.add_parser("serve", help="serve /mutate and /validate over TLS (the embedded example state when no "
-                       "cluster is given)", epilog=exit_codes(EXIT_CODES, 0, 2),
-                       description="Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS.")
-    s.add_argument("--host", default="0.0.0.0", help="address to listen on")
-    s.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
-    s.add_argument("--tls-cert-file", metavar="F",
+    p.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    p.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
+    p.add_argument("--tls-cert-file", metavar="F",
                    help="serving certificate (PEM); with no TLS flags serve makes a pair of its own (--cert-dir)")
-    s.add_argument("--tls-private-key-file", metavar="F", help="its private key (PEM); goes with --tls-cert-file")
-    s.add_argument("--cert-dir", type=Path, metavar="DIR",
+    p.add_argument("--tls-private-key-file", metavar="F", help="its private key (PEM); goes with --tls-cert-file")
+    p.add_argument("--cert-dir", type=Path, metavar="DIR",
                    help=f"without TLS flags: the folder of serve's own pair for localhost and --host "
                         f"(localhost.crt/.key; default: {DEFAULT_CERT_DIR}/), signed by the CA there (ca.crt/.key) "
                         "or a new one; files serve did not write are never replaced")
-    s.add_argument("--wait-for-certs", action="store_true",
+    p.add_argument("--wait-for-certs", action="store_true",
                    help="wait until the TLS files exist and are a usable pair (a Secret created after the pod "
                         "starts) instead of exiting with code 2")
-    src = s.add_mutually_exclusive_group()
+    src = p.add_mutually_exclusive_group()
     src.add_argument("--kubeconfig", metavar="F",
                      help="list+watch a cluster with this kubeconfig (default: in-cluster config when "
                           "KUBERNETES_SERVICE_HOST is set, else the embedded example state)")
     src.add_argument("--cluster-state", type=Path, metavar="DIR",
                      help="a folder of manifests to serve from, reloaded when a file changes")
-    s.add_argument("--client-ca-file", type=Path, metavar="F",
+    p.add_argument("--client-ca-file", type=Path, metavar="F",
                    help="PEM CA bundle: reviews are answered only to a client presenting a certificate it signed "
                         "(the apiserver, through its AdmissionConfiguration kubeConfigFile; docs/deploy.md); "
                         "/healthz and /readyz stay open to the kubelet's probes")
-    s.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
+    p.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
                    help="plain-HTTP port of /metrics, apart from the admission port; 0 disables it")
-    s.add_argument("--openapi", action="store_true", help="also serve /openapi.json and /docs")
-    s.add_argument("--max-in-flight", type=positive, default=EdgePolicy().max_in_flight, metavar="N",
+    p.add_argument("--openapi", action="store_true", help="also serve /openapi.json and /docs")
+    p.add_argument("--max-in-flight", type=positive, default=EdgePolicy().max_in_flight, metavar="N",
                    help="reviews read or answered at once; one more is answered 429 with Retry-After")
-    s.add_argument("--max-large-in-flight", type=positive, default=EdgePolicy().max_large_in_flight, metavar="N",
+    p.add_argument("--max-large-in-flight", type=positive, default=EdgePolicy().max_large_in_flight, metavar="N",
                    help="of them, reviews with a body over 64 KiB (answered one at a time off the event loop)")
-    s.add_argument("--read-header-timeout", type=_seconds, default=ServeOptions().read_header_timeout, metavar="S",
+    p.add_argument("--read-header-timeout", type=_seconds, default=ServeOptions().read_header_timeout, metavar="S",
                    help="seconds for the TLS handshake and then for a request's headers; the connection is "
                         "closed past it")
-    s.add_argument("--read-timeout", type=_seconds, default=ServeOptions().read_timeout, metavar="S",
+    p.add_argument("--read-timeout", type=_seconds, default=ServeOptions().read_timeout, metavar="S",
                    help="seconds for a whole request, body included, from its first byte (408 past it)")
-    s.add_argument("--drain-delay", type=non_negative_seconds, default=ServeOptions().drain_delay, metavar="S",
+    p.add_argument("--drain-delay", type=non_negative_seconds, default=ServeOptions().drain_delay, metavar="S",
                    help="after SIGTERM: seconds of answering reviews while /readyz is 503, so the endpoints change "
                         "reaches the apiserver before the listeners close; then in-flight reviews get "
                         f"{ServeOptions().graceful_shutdown_seconds} s; a second signal stops at once; 0 stops at once")
-    _review_settings(s)
-    s.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
-    s.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the least severe level logged")
+    review_settings_flags(p)
+    p.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
+    p.add_argument("--log-level", choices=LOG_LEVELS, default="info", help="the least severe level logged")
+
+
+def parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``only``: a run of that command, which needs no other command's flags (serve's import
+    the whole edge for their defaults)."""
+    p, sub = program_parser("colocation-webhook", DESCRIPTION, EXIT_CODES)
+
+    s = sub.add_parser("serve", help="serve /mutate and /validate over TLS (the embedded example state when no "
+                       "cluster is given)", epilog=exit_codes(COMMAND_CODES["serve"]),
+                       description="Serve /mutate, /validate, /healthz, /readyz and /metrics over TLS.")
+    if only in (None, "serve"):
+        _serve_flags(s)
     s.set_defaults(func=serve)
 
     r = sub.add_parser("review", help="run the mutate-then-validate chain offline on a pod",
-                       epilog=exit_codes(EXIT_CODES, 0, 1, 2, 141),
+                       epilog=exit_codes(COMMAND_CODES["review"]),
                        description="Run the mutating then the validating chain on a Pod or AdmissionReview file, as "
                                    "the apiserver would. Exit 0 when admitted, 1 when denied, 2 on unusable input.")
     r.add_argument("file", type=Path, metavar="FILE",
@@ -452,7 +448,7 @@ def parser() -> argparse.ArgumentParser:
     _state_flags(r, "a folder of manifests (default, with no source flag: the embedded example state, in a cluster "
                     "too)", "list this cluster's state (every kind) before the review",
                  "list the state of the cluster this runs in (its ServiceAccount) before the review")
-    _review_settings(r)
+    review_settings_flags(r)
     r.add_argument("--operation", choices=("CREATE", "UPDATE"),
                    help="the request's operation (default: UPDATE with --old, else CREATE)")
     r.add_argument("--old", type=Path, metavar="FILE", help="the pod before the update (for UPDATE); - reads stdin")
@@ -461,11 +457,11 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--explain", action="store_true", help="list every rule and profile and why it acted (stderr)")
     r.set_defaults(func=review)
 
-    audit.add_parser(sub, EXIT_CODES, _review_settings)
+    audit.add_parser(sub, COMMAND_CODES["audit"])
 
     pol = sub.add_parser("policies", help="print the stateless validating rules as a ValidatingAdmissionPolicy and "
                          "its binding, and a policy per colocation profile, for kubectl apply (Kubernetes 1.30+)",
-                         epilog=exit_codes(EXIT_CODES, 0, 1, 2, 141),
+                         epilog=exit_codes(COMMAND_CODES["policies"]),
                          description="Print the validating rules that need no cluster state as one "
                                      "ValidatingAdmissionPolicy and its binding: what "
                                      "manifests/components/admission-policies holds (docs/deploy.md, \"Admission "
@@ -488,7 +484,7 @@ def parser() -> argparse.ArgumentParser:
                        description="Make or read the serving certificate and CA for an in-cluster install.")
     csub = c.add_subparsers(dest="certs_command", required=True, metavar="COMMAND")
     g = csub.add_parser("generate", help="write ca.crt, ca.key, tls.crt, tls.key for SERVICE.NAMESPACE.svc",
-                        epilog=exit_codes(EXIT_CODES, 0, 2),
+                        epilog=exit_codes(COMMAND_CODES["certs generate"]),
                         description="Write ca.crt, ca.key, tls.crt and tls.key for SERVICE.NAMESPACE.svc. A valid "
                                     "pair already there is kept; one for other names is refused (exit 2) unless "
                                     "--force.")
@@ -501,13 +497,13 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--new-ca", action="store_true", help="with --force: also replace the CA (changes caBundle)")
     g.set_defaults(func=certs_generate)
     b = csub.add_parser("ca-bundle", help="print the base64 CA certificate for a webhook's caBundle",
-                        epilog=exit_codes(EXIT_CODES, 0, 2, 141),
+                        epilog=exit_codes(COMMAND_CODES["certs ca-bundle"]),
                         description="Print the base64 CA certificate for a webhook configuration's caBundle.")
     b.add_argument("--out", type=Path, default=Path("certs"), metavar="DIR", help="folder to read")
     b.set_defaults(func=certs_ca_bundle)
     bs = csub.add_parser("bootstrap", help="in the cluster: create the serving Secret when missing or unusable "
                          "and put its CA into the webhook configurations (the install's Job)",
-                         epilog=exit_codes(EXIT_CODES, 0, 1, 2),
+                         epilog=exit_codes(COMMAND_CODES["certs bootstrap"]),
                          description="Create the serving Secret when it is missing or unusable and put its CA into "
                                      "the webhook configurations' caBundle; running it again changes nothing. Exit 0 "
                                      "when done, 1 when an API request failed (a Job retries), 2 on unusable input.")
@@ -528,7 +524,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main("colocation-webhook", parser, argv)
+    command = first_positional(sys.argv[1:] if argv is None else argv)
+    return run_main("colocation-webhook", lambda: parser(command if command in COMMANDS else None), argv)
 
 
 if __name__ == "__main__":
