@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import replace
 
 import jsonpatch
 import pytest
+from msgspec.structs import replace
 
 from tests.conftest import load_fixture
 from tests.mutating import (
