@@ -25,11 +25,11 @@ import copy
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import orjson
+from msgspec.structs import replace
 
 from webhook.admission import chain
 from webhook.admission.domain.patch import apply_ops

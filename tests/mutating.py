@@ -83,7 +83,7 @@ def request(obj: dict, operation: str = "CREATE", old: dict | None = None, uid: 
         "uid": uid, "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"},
         "name": meta.get("name") or "", "namespace": meta.get("namespace") or "default",
-        "operation": operation, "object": obj, "oldObject": old})
+        "operation": operation, "userInfo": {}, "object": obj, "oldObject": old})
 
 
 def mutate(obj: dict, state: ClusterState, explain: list[str] | None = None,

@@ -108,7 +108,8 @@ def test_an_object_orjson_cannot_write_never_breaks_an_answer(name: str, extra: 
     decision = chain.mutate(request(p), make_state(), chain.Settings())
     assert decision.allowed, name
     review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-              "request": {"uid": "u1", "operation": "CREATE", "object": p,
+              "request": {"uid": "u1", "operation": "CREATE", "object": p, "userInfo": {},
+                          "kind": {"group": "", "version": "v1", "kind": "Pod"},
                           "resource": {"group": "", "version": "v1", "resource": "pods"}}}
     body = json.dumps(review).encode()
     with run_server(make_state(), cert_dir) as srv, srv.client() as c:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 
 import jsonpatch
+from msgspec.structs import replace
 
 from tests.conftest import load_fixture
 from tests.mutating import (

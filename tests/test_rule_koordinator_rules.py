@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import copy
-from dataclasses import replace
 
 import pytest
+from msgspec.structs import replace
 
 from tests.conftest import load_fixture
 from tests.validating_helpers import BATCH_CPU, BATCH_MEMORY, batch, container, expect, pod, state, validate

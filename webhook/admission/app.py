@@ -9,11 +9,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import PlainTextResponse, Response
 from prometheus_client import CollectorRegistry
-from pydantic import TypeAdapter
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webhook import __version__
@@ -43,8 +43,8 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return Response(error_body(status, message), status_code=status, media_type=JSON, headers=headers)
 
 
-_REVIEW_SCHEMA = TypeAdapter(AdmissionReview).json_schema(ref_template="#/components/schemas/{model}")
-_REVIEW_DEFS = _REVIEW_SCHEMA.pop("$defs", {})
+# The review's schema, from the Structs that decode it: AdmissionReview and the types it names.
+_REVIEW_SCHEMAS = msgspec.json.schema_components([AdmissionReview], ref_template="#/components/schemas/{name}")[1]
 _REVIEW_BODY = {"required": True, "content": {JSON: {"schema": {"$ref": "#/components/schemas/AdmissionReview"}}}}
 _REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "AdmissionReview with the response", "content": {JSON: {}}},
@@ -122,8 +122,7 @@ def create_app(state: ClusterState, settings: Settings | None = None,
 
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
             schemas = schema.setdefault("components", {}).setdefault("schemas", {})
-            schemas.update(_REVIEW_DEFS)
-            schemas["AdmissionReview"] = _REVIEW_SCHEMA
+            schemas.update(_REVIEW_SCHEMAS)
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -165,14 +165,15 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
     active, obj = begun
     # The rules read the pod's outline without checking it (the validating chain refuses a bad one with the
     # same 400); one that is not what the API defines gets that 400 here too, not a rule's crash.
-    old = request.oldObject if request.operation == "UPDATE" and isinstance(request.oldObject, dict) else None
+    old_object: Any = request.oldObject  # a plain dict to the rules, as obj (the schema's TypedDict picks fields)
+    old = old_object if request.operation == "UPDATE" and isinstance(old_object, dict) else None
     shape = review_shape_error(obj, old)
     if shape is not None:
         return errored(400, shape)
     # The builder copies on write, so the rules see their own changes while request.object stays as it
     # came (the final no-op check compares against it); no deep copy of the pod.
     patch = PatchBuilder(obj)
-    ctx = MutatingContext(request, state, settings, patch.doc, request.oldObject, explain, patch=patch)
+    ctx = MutatingContext(request, state, settings, patch.doc, old_object, explain, patch=patch)
     steps = [(r.NAME, r.admit) for r in active]
     patch_rules: dict[str, int] = {}
     for n in range(1, MAX_PASSES + 1):
@@ -205,7 +206,8 @@ def validate(request: AdmissionRequest, state: ClusterState, settings: Settings,
     if isinstance(begun, Decision):
         return begun
     active, obj = begun
-    ctx = ValidatingContext(request, state, settings, obj, request.oldObject, explain)
+    old_object: Any = request.oldObject
+    ctx = ValidatingContext(request, state, settings, obj, old_object, explain)
     denial = _run(VALIDATE, [(r.NAME, r.validate) for r in active], ctx)
     # No patch here, by construction: a validating context has no patch builder.
     return denial or Decision(warnings=ctx.warnings, audit_annotations=ctx.audit_annotations)

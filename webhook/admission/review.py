@@ -1,33 +1,33 @@
 """AdmissionReview decoding (admission.k8s.io v1 and v1beta1) and response encoding.
 
-The envelope is decoded into plain dataclasses, each field of its exact JSON type; the object itself stays a raw
-dict for speed. msgspec decodes a body straight into them and leaves out what no rule reads: the object's
-``managedFields`` (a third of a pod as the apiserver sends it). A body it refuses is decoded again with orjson
-and checked field by field, which names what is wrong (or, for the few inputs msgspec is stricter about, accepts
-it as before). Encoding is done with orjson.
+One schema: the msgspec Structs below. msgspec decodes a body straight into them and holds each field to its
+exact JSON type as it goes (a number is no string, a null only where the type has one, the uid not empty, the
+operation one of four); the object itself stays a raw dict, of which it leaves out what no rule reads: the
+``managedFields``, a third of a pod as the apiserver sends it. A body it refuses gets a 400 that names the field
+and its value. The OpenAPI page's schema is made from the same Structs (app.py). Encoding is done with orjson.
 """
 
 from __future__ import annotations
 
 import base64
+import re
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args
+from collections.abc import Callable
+from functools import cached_property
+from types import UnionType
+from typing import Annotated, Any, Literal, TypedDict, Union, get_args, get_origin, get_type_hints
 
 import msgspec
 import orjson
-from pydantic import Field
-from pydantic.json_schema import SkipJsonSchema, WithJsonSchema
-from typing_extensions import TypedDict  # pydantic reads TypedDicts from typing_extensions only before 3.12
 
 from webhook.admission.response import Decision
 
 Endpoint = Literal["mutate", "validate"]
 Operation = Literal["CREATE", "UPDATE", "DELETE", "CONNECT"]
-OPERATIONS: tuple[Operation, ...] = get_args(Operation)
 REVIEW_PATHS: dict[str, Endpoint] = {"/mutate": "mutate", "/validate": "validate"}  # path -> endpoint
 
-API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+ApiVersion = Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
+API_VERSIONS: tuple[ApiVersion, ...] = get_args(ApiVersion)
 MAX_BODY_BYTES = 3 * 1024 * 1024
 
 
@@ -40,101 +40,87 @@ class ReviewError(Exception):
         self.message = message
 
 
-if TYPE_CHECKING:
-    # To the type checker (and mypyc) the object is the plain dict it is at run time.
-    ReviewedObject = dict[str, Any]
-else:
-    class ObjectMeta(TypedDict, total=False):
-        """An object's metadata: every field of the API's ObjectMeta but ``managedFields``, which the apiserver
-        fills in before admission and no rule reads; msgspec skips it without building it."""
+class ObjectMeta(TypedDict, total=False):
+    """An object's metadata: every field of the API's ObjectMeta but ``managedFields``, which the apiserver fills
+    in before admission and no rule reads; msgspec skips it without building it."""
 
-        name: Any
-        generateName: Any
-        namespace: Any
-        selfLink: Any
-        uid: Any
-        resourceVersion: Any
-        generation: Any
-        creationTimestamp: Any
-        deletionTimestamp: Any
-        deletionGracePeriodSeconds: Any
-        labels: Any
-        annotations: Any
-        ownerReferences: Any
-        finalizers: Any
-        clusterName: Any  # in ObjectMeta up to Kubernetes 1.24
-
-    class ReviewedObject(TypedDict, total=False):
-        """``request.object`` as the rules read it: a pod's top-level fields (the only kind any rule handles;
-        of another kind's object nothing is read), its metadata without ``managedFields``."""
-
-        apiVersion: Any
-        kind: Any
-        metadata: ObjectMeta
-        spec: Any
-        status: Any
+    name: Any
+    generateName: Any
+    namespace: Any
+    selfLink: Any
+    uid: Any
+    resourceVersion: Any
+    generation: Any
+    creationTimestamp: Any
+    deletionTimestamp: Any
+    deletionGracePeriodSeconds: Any
+    labels: Any
+    annotations: Any
+    ownerReferences: Any
+    finalizers: Any
+    clusterName: Any  # in ObjectMeta up to Kubernetes 1.24
 
 
-# The schema published for the object: any object or null, as the field-by-field checks accept (what msgspec
-# decodes into ``ReviewedObject`` is a choice of what to build, not a constraint on the request).
-_ANY_OBJECT_OR_NULL = {"anyOf": [{"type": "object", "additionalProperties": True}, {"type": "null"}]}
-OptionalObject = Annotated[ReviewedObject | None, WithJsonSchema(_ANY_OBJECT_OR_NULL)]
+class ReviewedObject(TypedDict, total=False):
+    """``request.object`` as the rules read it: a pod's top-level fields (the only kind any rule handles; of
+    another kind's object nothing is read), its metadata without ``managedFields``."""
+
+    apiVersion: Any
+    kind: Any
+    metadata: ObjectMeta
+    spec: Any
+    status: Any
 
 
-@dataclass(slots=True)
-class GroupVersionKind:
-    group: str = ""
-    version: str = ""
-    kind: str = ""
+# Required: what the API's AdmissionRequest always carries (its fields without omitempty), so a review that
+# lacks one is refused by name rather than skipped by every rule (no resource: not a pod). Fields, names and
+# order as in k8s.io/api admission/v1; any other field (requestKind, requestResource...) is accepted and left out.
+class GroupVersionKind(msgspec.Struct):
+    group: str
+    version: str
+    kind: str
 
 
-@dataclass(slots=True)
-class GroupVersionResource:
-    group: str = ""
-    version: str = ""
-    resource: str = ""
+class GroupVersionResource(msgspec.Struct):
+    group: str
+    version: str
+    resource: str
 
 
-@dataclass(slots=True)
-class AdmissionRequest:
-    """The fields of an AdmissionReview's request that the webhook reads or keeps; any other field
-    (``requestKind``, ``requestResource``...) is accepted and left out."""
+class AdmissionRequest(msgspec.Struct, kw_only=True, dict=True):  # dict: room for is_pod's cached value
+    """The fields of an AdmissionReview's request that the webhook reads or keeps."""
 
-    # Not empty, for the OpenAPI schema (pydantic) and the decoder (msgspec); the checks below say so by name.
-    uid: Annotated[str, Field(min_length=1), msgspec.Meta(min_length=1)]
-    operation: Operation
-    kind: GroupVersionKind = field(default_factory=GroupVersionKind)
-    resource: GroupVersionResource = field(default_factory=GroupVersionResource)
+    uid: Annotated[str, msgspec.Meta(min_length=1)]
+    kind: GroupVersionKind
+    resource: GroupVersionResource
     subResource: str = ""
     name: str = ""
     namespace: str = ""
-    userInfo: dict[str, Any] = field(default_factory=dict)
-    object: OptionalObject = None
-    oldObject: OptionalObject = None
+    operation: Operation
+    userInfo: dict[str, Any]
+    object: ReviewedObject | None = None
+    oldObject: ReviewedObject | None = None
     dryRun: bool = False
     options: dict[str, Any] | None = None
-    # A pod itself (not a subresource): what every rule asks first, so worked out once. Always worked out in
-    # __post_init__, whatever is passed (an init field with a default only because msgspec requires one).
-    is_pod: SkipJsonSchema[bool] = field(default=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        self.is_pod = self.resource.resource == "pods" and self.resource.group == "" and not self.subResource
+    @cached_property
+    def is_pod(self) -> bool:
+        """A pod itself (not a subresource): what every rule asks first, so worked out once. Not a field: no
+        body can set it."""
+        return self.resource.resource == "pods" and self.resource.group == "" and not self.subResource
 
 
-@dataclass(slots=True)
-class AdmissionReview:
+class AdmissionReview(msgspec.Struct):
     """The request envelope the apiserver POSTs."""
 
-    apiVersion: Literal["admission.k8s.io/v1", "admission.k8s.io/v1beta1"]
+    apiVersion: ApiVersion
     kind: Literal["AdmissionReview"]
     request: AdmissionRequest
 
 
-# Decodes into the dataclasses above, to the same exact types as the checks below (msgspec is strict: no number
-# for a string, no null where the type has none). 15 µs against 19 for orjson and the checks on the pretty-printed
-# koord-batch review, 11 against 18 on the same review as the apiserver sends it, compact (docs/benchmarks.md).
-# It nests as deep as Python's recursion limit (1000) lets it, under orjson's 1024: a body too deep for one is
-# too deep for both. It keeps an integer beyond 64 bits exact where orjson reads a float.
+# 15 µs on the koord-batch review as the apiserver sends it (compact), against 17 into the dataclasses this schema
+# replaced; leaving managedFields out saves 8 (docs/benchmarks.md). It nests as deep as Python's recursion limit
+# (1000) lets it; deeper is a 400.
 _DECODER = msgspec.json.Decoder(AdmissionReview)
 
 
@@ -145,88 +131,112 @@ def decode_review(body: bytes, complete: bool = False) -> AdmissionReview:
         raise ReviewError(413, f"request body is {len(body)} bytes, larger than the {MAX_BODY_BYTES} byte limit")
     if not body:
         raise ReviewError(400, "request body is empty; expected an AdmissionReview JSON object")
-    if not complete:
-        try:
-            return _DECODER.decode(body)
-        except Exception:  # not JSON, a wrong type, too deep: the checks below name it
-            pass
     try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise ReviewError(400, f"request body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-    return review_from_dict(data)
+        review = _DECODER.decode(body)
+    except msgspec.ValidationError as exc:
+        raise _refused(exc, lambda: msgspec.json.decode(body)) from None
+    except msgspec.DecodeError as exc:
+        raise ReviewError(400, f"request body is not JSON: {_lower(str(exc).removeprefix('JSON is malformed: '))}"
+                          ) from None
+    except RecursionError:
+        raise ReviewError(400, "request body nests too deep to decode (about 1000 levels at most)") from None
+    if complete:
+        # Checked above, the object and oldObject are taken again whole, managedFields and all.
+        request = msgspec.json.decode(body)["request"]
+        review.request.object, review.request.oldObject = request.get("object"), request.get("oldObject")
+    return review
 
 
 def review_from_dict(data: Any) -> AdmissionReview:
-    if not isinstance(data, dict):
-        raise ReviewError(400, f"request body must be a JSON object (AdmissionReview), got {type(data).__name__}")
-    # A null counts as absent, as in the apiserver's decoding.
-    missing = [f for f in ("apiVersion", "kind", "request") if data.get(f) is None]
+    """An AdmissionReview already parsed (tests, benchmarks), held to the same schema as a body."""
+    try:
+        return msgspec.convert(data, AdmissionReview)
+    except msgspec.ValidationError as exc:
+        raise _refused(exc, lambda: data) from None
+
+
+def request_from_dict(data: Any) -> AdmissionRequest:
+    """An AdmissionReview's ``request`` already parsed (tests), held to the same schema."""
+    return review_from_dict({"apiVersion": API_VERSIONS[0], "kind": "AdmissionReview", "request": data}).request
+
+
+# msgspec's errors name the path ("Expected `str`, got `int` - at `$.request.uid`"); the message adds the value,
+# found at that path in the body, and says what the schema expects in words. Any other text is passed on as is.
+_AT = re.compile(r"(?P<problem>.+?)(?: - at `\$(?P<path>[^`]*)`)?", re.DOTALL)
+_FIELDS = re.compile(r"(?:\.\w+)*")  # a path through the schema's fields (no key of a raw object)
+_MISSING = re.compile(r"Object missing required field `(?P<field>\w+)`")
+_ABSENT = object()
+
+
+def _refused(exc: msgspec.ValidationError, parsed: Callable[[], Any]) -> ReviewError:
+    """The 400 for what the schema refused; ``parsed()`` gives the body as plain data, to show the value."""
+    match = _AT.fullmatch(str(exc))
+    problem, at = (match["problem"], match["path"] or "") if match else (str(exc), "")
+    where = at.removeprefix(".") or "request body"
+    if not _FIELDS.fullmatch(at):  # inside a raw object, under a key msgspec does not show ("[...]")
+        return ReviewError(400, f"invalid AdmissionReview: {where}: {_lower(problem)}")
+    path = at.split(".")[1:]
+    try:
+        value = _value_at(parsed(), path)
+    except (msgspec.DecodeError, RecursionError):  # a number out of range, or nested too deep, elsewhere
+        value = _ABSENT
+    missing = _MISSING.fullmatch(problem)
     if missing:
-        raise ReviewError(400, f"invalid AdmissionReview: {', '.join(missing)} "
-                               f"{'is' if len(missing) == 1 else 'are'} missing")
-    if data["kind"] != "AdmissionReview":
-        raise ReviewError(400, f"kind must be AdmissionReview, got {data['kind']!r}")
-    if data["apiVersion"] not in API_VERSIONS:
-        raise ReviewError(400, f"apiVersion must be one of {', '.join(API_VERSIONS)}, got {data['apiVersion']!r}")
-    return AdmissionReview(data["apiVersion"], "AdmissionReview", request_from_dict(data["request"]))
+        names = _missing(value, path) or [missing["field"]]
+        return ReviewError(400, f"invalid AdmissionReview: {', '.join('.'.join([*path, n]) for n in names)} "
+                                f"{'is' if len(names) == 1 else 'are'} missing")
+    if value is _ABSENT or not problem.startswith(("Expected `", "Invalid enum value")):
+        return ReviewError(400, f"invalid AdmissionReview: {where}: {_lower(problem)}")
+    if not path:
+        return ReviewError(400, f"request body must be a JSON object (an AdmissionReview), got {_shown(value)}")
+    return ReviewError(400, f"invalid AdmissionReview: {where} must be {_expected(_annotation_at(path))}, "
+                            f"got {_shown(value)}")
 
 
-# The checks that name a fault, for a body msgspec refused (and the offline commands' whole decoding): by hand,
-# not by a pydantic model, which took 4.7 µs a review to these 1.9 (docs/benchmarks.md). Types are exact, as the
-# apiserver's JSON decoding has them (a number is no string, a string no boolean), and a null only where the
-# schema allows one; tests/test_review_decoding.py holds them to what msgspec accepts.
-def request_from_dict(request: Any) -> AdmissionRequest:
-    """An AdmissionReview's ``request`` as the webhook reads it; ReviewError(400) naming the first bad field."""
-    if not isinstance(request, dict):
-        raise ReviewError(400, f"request must be an object, got {type(request).__name__}")
-    uid = request.get("uid")
-    if uid is None or uid == "":
-        raise ReviewError(400, f"invalid AdmissionReview: request.uid is {'missing' if uid is None else 'empty'}")
-    if type(uid) is not str:
-        raise _wrong("request.uid", "a string", uid)
-    operation = request.get("operation")
-    if operation not in OPERATIONS:
-        raise ReviewError(400, "invalid AdmissionReview: request.operation is missing" if operation is None else
-                          f"invalid AdmissionReview: request.operation must be one of {', '.join(OPERATIONS)}, "
-                          f"got {_shown(operation)}")
-    kind, resource = _map(request, "kind", "request."), _map(request, "resource", "request.")
-    dry_run = request.get("dryRun", False)
-    if type(dry_run) is not bool:
-        raise _wrong("request.dryRun", "a boolean", dry_run)
-    return AdmissionRequest(
-        uid, operation,
-        GroupVersionKind(_text(kind, "group", "request.kind."), _text(kind, "version", "request.kind."),
-                         _text(kind, "kind", "request.kind.")),
-        GroupVersionResource(_text(resource, "group", "request.resource."),
-                             _text(resource, "version", "request.resource."),
-                             _text(resource, "resource", "request.resource.")),
-        _text(request, "subResource", "request."), _text(request, "name", "request."),
-        _text(request, "namespace", "request."), _map(request, "userInfo", "request."),
-        _map(request, "object", "request.", True), _map(request, "oldObject", "request.", True), dry_run,
-        _map(request, "options", "request.", True))
+def _value_at(data: Any, path: list[str]) -> Any:
+    for key in path:
+        if not isinstance(data, dict) or key not in data:
+            return _ABSENT
+        data = data[key]
+    return data
 
 
-def _text(data: dict[str, Any], key: str, where: str) -> str:
-    """``data[key]``, a string; "" when absent."""
-    value = data.get(key, "")
-    if type(value) is str:
-        return value
-    raise _wrong(where + key, "a string", value)
+def _annotation_at(path: list[str]) -> Any:
+    """The schema's type of the field at ``path``, a path msgspec named."""
+    annotation: Any = AdmissionReview
+    for key in path:
+        annotation = get_type_hints(_non_null(annotation), include_extras=True)[key]
+    return annotation
 
 
-def _map(data: dict[str, Any], key: str, where: str, nullable: bool = False) -> Any:
-    """``data[key]``, an object; {} when absent, or None when absent or null where ``nullable``."""
-    value = data.get(key)
-    if type(value) is dict or (value is None and nullable):
-        return value
-    if value is None and key not in data:
-        return {}
-    raise _wrong(where + key, "an object" + (" or null" if nullable else ""), value)
+def _missing(value: Any, path: list[str]) -> list[str]:
+    """Every required field absent from the object at ``path``, in the schema's order."""
+    struct = _non_null(_annotation_at(path))
+    if not isinstance(value, dict) or not (isinstance(struct, type) and issubclass(struct, msgspec.Struct)):
+        return []
+    return [f.encode_name for f in msgspec.structs.fields(struct) if f.required and f.encode_name not in value]
 
 
-def _wrong(field_path: str, expected: str, value: Any) -> ReviewError:
-    return ReviewError(400, f"invalid AdmissionReview: {field_path} must be {expected}, got {_shown(value)}")
+def _non_null(annotation: Any) -> Any:
+    if get_origin(annotation) in (Union, UnionType):
+        return next(a for a in get_args(annotation) if a is not type(None))
+    return annotation
+
+
+def _expected(annotation: Any) -> str:
+    """What a field of the schema must be, in words."""
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return "a non-empty string" if any(getattr(m, "min_length", None) for m in args[1:]) else _expected(args[0])
+    if origin in (Union, UnionType):
+        return " or ".join(_expected(a) for a in args)
+    if origin is Literal:
+        return args[0] if len(args) == 1 else f"one of {', '.join(args)}"
+    return {str: "a string", bool: "a boolean", type(None): "null"}.get(annotation, "an object")
+
+
+def _lower(text: str) -> str:
+    return text[:1].lower() + text[1:]
 
 
 def _shown(value: Any) -> str:

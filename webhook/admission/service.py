@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
 from webhook.admission import chain
@@ -213,7 +214,7 @@ def dry_run(service: ReviewService, review: dict[str, Any], explain: list[str] |
     if not first.decision.allowed or not isinstance(final, dict):
         return DryRun(first, Decision(), final)
     final = apply_ops(final, first.decision.patch)
-    patched = replace(decoded, request=replace(decoded.request, object=final))
+    patched = msgspec.structs.replace(decoded, request=msgspec.structs.replace(decoded.request, object=final))
     second = service.decided("validate", patched, explain)
     if second.decision is None:
         return unusable(second)

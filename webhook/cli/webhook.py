@@ -137,12 +137,14 @@ def _load_document(path: Path, what: str) -> dict[str, Any]:
     except ValueError as exc:
         raise UsageError(f"{what} {name}: {exc}; expected a Pod or AdmissionReview as YAML or JSON") from None
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        loaded = list(yaml.safe_load_all(text))
     except yaml.YAMLError as exc:
         raise UsageError(f"{what} {yaml_problem(Path(name), exc)}") from None
+    docs = [d for d in loaded if d is not None]  # an empty document (a trailing ---) is no document
     expected = "expected one Pod or AdmissionReview object"
     if not docs:
-        raise UsageError(f"{what} {name}: is empty; {expected}")
+        # `null` (JSON or YAML) is a document, and says nothing of a Pod: not the same mistake as an empty file
+        raise UsageError(f"{what} {name}: {'holds null' if loaded else 'is empty'}; {expected}")
     if len(docs) > 1:
         raise UsageError(f"{what} {name}: holds {len(docs)} documents; {expected}")
     if not isinstance(docs[0], dict):
