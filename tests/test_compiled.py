@@ -91,8 +91,8 @@ def test_compiled_modules_are_the_pure_core() -> None:
 
 # An edit whose effect shows in `review`: the example pod's cpu request (0.5) becomes batch-cpu "500" through
 # batch_conversion (compiled), which calls quantity.milli_value (compiled, the same group) natively.
-EDIT = ("    return int(_CTX.multiply(q, 1000).to_integral_value(rounding=decimal.ROUND_CEILING))\n",
-        "    return int(_CTX.multiply(q, 1000).to_integral_value(rounding=decimal.ROUND_CEILING)) + 7\n")
+EDIT = ("    return int(q.scaleb(3, _EXACT).to_integral_value(rounding=decimal.ROUND_CEILING))\n",
+        "    return int(q.scaleb(3, _EXACT).to_integral_value(rounding=decimal.ROUND_CEILING)) + 7\n")
 POD = ROOT / "examples" / "pod-koord-batch.yaml"
 
 

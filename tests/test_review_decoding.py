@@ -8,6 +8,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +132,16 @@ BAD = [
     ("options a number", _envelope(options=1.5),
      "invalid AdmissionReview: request.options must be an object or null, got 1.5"),
 ]
+
+
+@pytest.fixture(autouse=True)
+def _default_recursion_limit() -> Iterator[None]:
+    """The server runs with Python's default recursion limit (1000), which bounds how deep msgspec decodes; other
+    tests' libraries raise it for the whole process (cel-python sets 2500, hypothesis more while it runs)."""
+    before = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    yield
+    sys.setrecursionlimit(before)
 
 
 @pytest.mark.parametrize("body,message", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
