@@ -32,6 +32,7 @@ import uvicorn.protocols.http.httptools_impl as httptools_impl
 import uvicorn.server
 from packaging.requirements import Requirement
 
+from bench.protocol_inprocess import Transport
 from webhook.admission.serving import AdmissionServer, GuardedProtocol
 from webhook.tls.watch import WatchingServer
 
@@ -73,29 +74,8 @@ def _calls(cls: type, name: str, call: str) -> Callable[[], None]:
 
 
 # -- a real protocol, driven through part of a request ----------------------------------------------------------
-class _Transport(asyncio.Transport):
-    def __init__(self) -> None:
-        super().__init__()
-        self.written: list[bytes] = []
-        self.closing = False
-
-    def write(self, data: Any) -> None:
-        self.written.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8443), "peername": ("127.0.0.1", 40000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
+# The benchmark's in-memory transport: what the protocol writes is kept, nothing is sent.
+_Transport = Transport
 
 
 @dataclass
