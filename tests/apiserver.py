@@ -40,7 +40,7 @@ class Route:
     body_lines: list[Any] | None = None
     line_delays: list[float] = field(default_factory=list)
     close_after: float = 0.0
-    hold_open: bool = False               # a watch that stays open until the server stops
+    hold_open: bool = False               # a watch that stays open until its timeoutSeconds (or the server stops)
     query: dict[str, str] | None = None   # subset that must match; None = any
     times: int | None = None
     headers: dict[str, str] = field(default_factory=dict)
@@ -160,7 +160,7 @@ class ReplayAPIServer:
                 elif route.body_lines is None:
                     self._json(route.status, route.body, route.headers)
                 else:
-                    self._stream(route)
+                    self._stream(route, query)
 
             do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _handle
 
@@ -178,7 +178,7 @@ class ReplayAPIServer:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
                 self.wfile.flush()
 
-            def _stream(self, route: Route) -> None:
+            def _stream(self, route: Route, query: dict[str, str]) -> None:
                 self.send_response(route.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -196,7 +196,9 @@ class ReplayAPIServer:
                         self.close_connection = True
                         return
                     if route.hold_open:
-                        outer._stop.wait()
+                        # kube-apiserver ends a watch at its timeoutSeconds with the last chunk, having sent
+                        # nothing on a kind where nothing changed (bench/live_staleness.py measures it).
+                        outer._stop.wait(float(query["timeoutSeconds"]) if "timeoutSeconds" in query else None)
                     else:
                         wait = start + route.close_after / outer.speed - time.monotonic()
                         if wait > 0:

@@ -21,6 +21,7 @@ import yaml
 from tests.apiserver import ReplayAPIServer, Route, load_exchange
 from tests.conftest import load_fixture
 from tests.serving import free_port, run_server
+from webhook.cluster.freshness import Timing
 from webhook.cluster.live import LiveSource, LiveSourceError
 from webhook.cluster.state import AGENT_KINDS, WEBHOOK_KINDS, ClusterState
 
@@ -97,7 +98,7 @@ def api() -> Iterator[ReplayAPIServer]:
 
 @contextmanager
 def live(state: ClusterState, url: str, folder: Path, **kw: Any) -> Iterator[LiveSource]:
-    options: dict[str, Any] = {"watch_timeout_seconds": 5, "backoff_initial": 0.02, "backoff_max": 0.2}
+    options: dict[str, Any] = {"timing": Timing(watch_timeout=5, backoff_initial=0.02, backoff_max=0.2)}
     options.update(kw)
     src = LiveSource(state, kubeconfig=str(write_kubeconfig(folder, url)), **options)
     src.start()
@@ -437,7 +438,7 @@ def test_watched_profile_with_unknown_field_is_marked_and_logged_once(api: Repla
 def test_stop_ends_every_reflector_while_watches_are_open(api: ReplayAPIServer, tmp_path: Path) -> None:
     serve_webhook_kinds(api)
     state = ClusterState(WEBHOOK_KINDS)
-    src = LiveSource(state, kubeconfig=str(write_kubeconfig(tmp_path, api.url)), watch_timeout_seconds=300)
+    src = LiveSource(state, kubeconfig=str(write_kubeconfig(tmp_path, api.url)), timing=Timing(watch_timeout=300))
     src.start()
     wait_for(lambda: state.ready and all(watches(api, p) for _, p in WEBHOOK_LISTS.values()), what="watching")
     src.stop(timeout=3)
@@ -496,10 +497,10 @@ def test_an_unreachable_api_server_is_tried_again_within_a_second(tmp_path: Path
     """A restart or failover refuses or resets connections for a while: however long it lasts, the next try is at
     most a second away, so the watch is back within about a second of the server answering. An API server that
     answers with errors still backs off to the 30 s cap."""
-    src = LiveSource(ClusterState(("PriorityClass",)), kubeconfig=str(write_kubeconfig(tmp_path, "http://127.0.0.1:1")))
-    waits = [src._backoff(n, unreachable=True) for n in range(1, 40) for _ in range(20)]
+    timing = Timing()
+    waits = [timing.delay(n, True, u / 20) for n in range(1, 40) for u in range(20)]
     assert max(waits) <= 1.0 and min(waits) > 0
-    answered = [src._backoff(n) for n in range(1, 40)]
+    answered = [timing.delay(n, False, 0.999) for n in range(1, 40)]
     assert max(answered) > 20 and max(answered) <= 36
 
 
@@ -510,7 +511,7 @@ def test_a_restarted_api_server_is_watched_again_from_where_it_was(tmp_path: Pat
     srv.add_exchange("priorityclasses-list")
     srv.add_watch(PC, [])
     # The shipped backoff, not the tests' short one: it is what brings the watch back.
-    with live(state, srv.url, tmp_path, backoff_initial=0.5, backoff_max=30.0) as src:
+    with live(state, srv.url, tmp_path, timing=Timing(watch_timeout=5)) as src:
         wait_for(lambda: state.ready, what="sync")
         srv.stop()
         wait_for(lambda: src.status()["PriorityClass"].errors >= 4, timeout=20, what="several failed reconnects")

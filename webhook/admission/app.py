@@ -32,6 +32,7 @@ from webhook.admission.asgi import (
 from webhook.admission.context import Settings
 from webhook.admission.review import AdmissionReview, Endpoint
 from webhook.admission.service import INTERNAL_ERROR, ReviewService, error_body
+from webhook.cluster.freshness import STALE
 from webhook.cluster.state import ClusterState
 
 JSON = "application/json"
@@ -93,11 +94,21 @@ def create_app(state: ClusterState, settings: Settings | None = None,
     async def healthz() -> str:
         return "ok"
 
+    stale = False   # whether the last /readyz was unready for a cache older than --max-cache-age
+
     @app.get("/readyz", response_class=PlainTextResponse,
-             responses={503: {"description": "not synced yet, or shutting down"}})
+             responses={503: {"description": "not synced yet, stale (--max-cache-age), or shutting down"}})
     async def readyz() -> Response:
+        nonlocal stale
         # Unready first, then stop: the endpoints controller takes this replica out while it still answers.
         reason = DRAINING if life.draining else state.not_ready_reason()
+        # The probe asks every few seconds: said once when staleness makes this replica unready, once when not.
+        if (now_stale := reason is not None and reason.startswith(STALE)) != stale:
+            stale = now_stale
+            if stale:
+                log.warning("/readyz: unready: %s", reason)
+            else:
+                log.info("/readyz: the cluster state is current again%s", "" if reason is None else f"; {reason}")
         if reason is None:
             return PlainTextResponse("ok")
         return PlainTextResponse(reason, status_code=503)

@@ -2,8 +2,8 @@
 
 Two families. Ours (``colocation_webhook_*``): reviews by endpoint, operation and outcome, the time to answer one,
 patch operations by the rule that wrote them, denials and rule failures by rule, connections dropped for reading
-too slowly, the cache's sync state, the certificate, and ``build_info``. And the ones operators already chart for
-webhooks built on controller-runtime, with its names, labels and buckets (``webhook`` is the path,
+too slowly, the cache's sync state and age, the certificate, and ``build_info``. And the ones operators already
+chart for webhooks built on controller-runtime, with its names, labels and buckets (``webhook`` is the path,
 ``code`` the HTTP status): ``controller_runtime_webhook_requests_total``,
 ``controller_runtime_webhook_latency_seconds`` and ``controller_runtime_webhook_requests_in_flight``, measured at
 the HTTP edge (the review gate), so a review refused before the service (429, 403, 413) counts there too. The
@@ -28,6 +28,7 @@ from prometheus_client.utils import floatToGoString
 from webhook import __version__
 from webhook.admission.chain import RULE_TIMES
 from webhook.admission.review import REVIEW_PATHS
+from webhook.cluster.cache_metrics import cache_families
 from webhook.cluster.state import ClusterState
 
 # Buckets below 5 ms: the apiserver's own smallest bucket is 5 ms and we answer well under it.
@@ -184,7 +185,7 @@ class Metrics:
 
 
 class _StateCollector:
-    """Cache sync state and object counts, read at scrape time."""
+    """Cache sync state, object counts and freshness (webhook/cluster/cache_metrics.py), read at scrape time."""
 
     def __init__(self, state: ClusterState) -> None:
         self.state = state
@@ -200,6 +201,7 @@ class _StateCollector:
             objects.add_metric([kind], float(n))
         yield synced
         yield objects
+        yield from cache_families(self.state, "colocation_webhook")
 
 
 class RuleTimes:

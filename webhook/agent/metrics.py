@@ -11,6 +11,9 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from webhook.cluster.cache_metrics import CacheCollector
+from webhook.cluster.state import ClusterState
+
 NOTIFICATION_SOURCES = ("memcg-threshold", "psi", "memory-events", "sampler")
 # koordlet's units for koordlet_node_resource_allocatable (batch-cpu is an integer count of milli-cores).
 UNITS = {"kubernetes.io/batch-cpu": "integer", "kubernetes.io/batch-memory": "byte"}
@@ -20,6 +23,7 @@ class AgentMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self._cache: CacheCollector | None = None
         self.allocatable = Gauge("koordlet_node_resource_allocatable", "Batch resources published on the node",
                                  ["node", "resource", "unit"], registry=r)
         self.evictions = Counter("colocation_agent_evictions_total", "Pods evicted, by reason",
@@ -66,6 +70,14 @@ class AgentMetrics:
                                   "writing it", ["capability"], registry=r)
         self.last_cycle = Gauge("colocation_agent_last_cycle_timestamp_seconds",
                                 "When the last complete cycle ended (Unix time)", registry=r)
+
+
+    def watch_cache(self, state: ClusterState) -> None:
+        """Export the age of ``state``'s cache (its live source's kinds: ``colocation_agent_cache_age_seconds``,
+        ``colocation_agent_cache_last_sync_timestamp_seconds``)."""
+        if self._cache is None:
+            self._cache = CacheCollector(state, "colocation_agent")
+            self.registry.register(self._cache)
 
 
 class Health:

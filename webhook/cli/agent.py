@@ -232,6 +232,8 @@ def run(args: argparse.Namespace) -> int:
     if args.kubeconfig or in_cluster():
         actions = KubeActions(_api_client(args.kubeconfig), node)
     metrics = AgentMetrics()
+    if source is not None:
+        metrics.watch_cache(state)
     health = Health(interval)
     httpd = None
     if args.metrics_port:

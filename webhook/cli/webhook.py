@@ -64,6 +64,7 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError(f"--metrics-port {args.metrics_port} is the admission port (--port); give another, or 0")
     settings = review_settings(args)
     state, source = cluster_state(args.cluster_state, args.kubeconfig, watch=True)
+    state.max_age = args.max_cache_age or None   # a folder's state has no age: only the live source's counts
     if args.tls_cert_file:
         cert, key = Path(args.tls_cert_file), Path(args.tls_private_key_file)
         if args.wait_for_certs and not wait_for_pair(cert, key):
@@ -385,6 +386,7 @@ def _state_flags(p: argparse.ArgumentParser, state_help: str, kubeconfig_help: s
 
 def _serve_flags(p: argparse.ArgumentParser) -> None:
     from webhook.admission.asgi import EdgePolicy, ServeOptions  # the whole edge: only for serve
+    from webhook.cluster.freshness import MAX_CACHE_AGE
 
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
     p.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")
@@ -404,6 +406,10 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
                           "KUBERNETES_SERVICE_HOST is set, else the embedded example state)")
     src.add_argument("--cluster-state", type=Path, metavar="DIR",
                      help="a folder of manifests to serve from, reloaded when a file changes")
+    p.add_argument("--max-cache-age", type=non_negative_seconds, default=MAX_CACHE_AGE, metavar="S",
+                   help="with a live cluster: /readyz answers 503 while a kind's cache has had no data (an event, a "
+                        "bookmark, a list) for longer, so the apiserver calls the replicas that are current "
+                        "(docs/deploy.md, \"A cache that falls behind\"); 0: never")
     p.add_argument("--client-ca-file", type=Path, metavar="F",
                    help="PEM CA bundle: reviews are answered only to a client presenting a certificate it signed "
                         "(the apiserver, through its AdmissionConfiguration kubeConfigFile; docs/deploy.md); "

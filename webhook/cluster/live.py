@@ -3,8 +3,11 @@
 One reflector thread per kind: a paginated list replaces the kind in the ``ClusterState`` (readiness only
 after the first complete list), then a watch from the list's resourceVersion applies ADDED / MODIFIED /
 DELETED and tracks the resourceVersion (bookmarks included). A watch that ends resumes from the last
-resourceVersion; 410 Gone (an ERROR event or an HTTP answer) relists. Connection errors retry with capped
-exponential backoff and jitter; a kind that has synced once keeps serving its last complete state.
+resourceVersion; 410 Gone (an ERROR event or an HTTP answer) relists. A watch that gets no byte past its read
+deadline (just above the ``timeoutSeconds`` the API server ends it at) is dead: the kind relists. Failures retry
+with the backoff of ``freshness.Backoff``; a kind that has synced once keeps serving its last complete state.
+What is decided (backoff, failure classes, which lines to log, staleness) is in ``webhook/cluster/freshness.py``,
+pure; this module is its edge.
 
 Responses are read raw (``_preload_content=False`` + orjson): building the client's model objects costs
 about 0.5 ms per pod and we only ever want dicts. Nothing here runs on the admission request path.
@@ -13,11 +16,15 @@ about 0.5 ms per pod and we only ever want dicts. Nothing here runs on the admis
 from __future__ import annotations
 
 import contextlib
+import errno
+import http.client
 import logging
 import random
 import socket
+import ssl
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +38,18 @@ from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
 from webhook.cluster.files import found, utf8, yaml_problem
+from webhook.cluster.freshness import (
+    NO_DATA,
+    Backoff,
+    Failure,
+    KindReport,
+    Outage,
+    Timing,
+    failed_line,
+    recovered_line,
+    seconds,
+    summary_line,
+)
 from webhook.cluster.state import (
     KINDS,
     SLO_CONFIG_NAME,
@@ -43,14 +62,13 @@ from webhook.cluster.state import (
 )
 from webhook.cluster.strict import CUSTOM_KINDS, check
 
-__all__ = ["KindStatus", "LiveSource", "LiveSourceError", "api_client", "paginated"]
+__all__ = ["KindStatus", "LiveSource", "LiveSourceError", "Timing", "api_client", "paginated"]
 
 log = logging.getLogger(__name__)
 
+# paginated(), the one-pass list of `audit`; the reflectors take theirs from Timing.
 _CONNECT_TIMEOUT = 5.0
 _LIST_READ_TIMEOUT = 60.0
-_WATCH_READ_MARGIN = 30.0  # a watch socket silent this long past timeoutSeconds is dead
-RECONNECT_MAX = 0.8        # s: the longest wait (before jitter) to try an unreachable API server again
 
 
 class _Expired(Exception):
@@ -58,7 +76,12 @@ class _Expired(Exception):
 
 
 class _APIError(Exception):
-    """A non-2xx answer other than 410, or an ERROR watch event; retried with backoff."""
+    """An ERROR watch event other than 410; retried with backoff."""
+
+    def __init__(self, message: str, code: object, retry_after: float | None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retry_after = retry_after
 
 
 @dataclass
@@ -73,6 +96,8 @@ class KindStatus:
     watches: int = 0
     errors: int = 0
     events: dict[str, int] = field(default_factory=dict)
+    failing: str | None = None       # the reason of the failures since the last success (freshness.Failure)
+    silent: bool = False             # that run began with a watch or list that went silent: the kind relists
 
 
 _LOADERS: Any = k8s_config  # the kubernetes package ships no type hints for its config loaders
@@ -145,12 +170,27 @@ def _list_function(api: k8s.ApiClient, kind: Kind, namespace: str | None) -> Cal
                                       header_params={"Accept": "application/json"}, auth_settings=["BearerToken"])
         response = api.call_api(*request, _request_timeout=_request_timeout)
         if not 200 <= response.status <= 299:   # as the typed methods do without preloading
+            # The Status body, for the message; read whole, the connection goes back to the pool, and one
+            # that breaks half-way is closed now (a reset storm's failed answers would hold their sockets).
+            _read_all(response.response)
             response.read()  # type: ignore[no-untyped-call]  # the client is untyped
             raise ApiException.from_response(http_resp=response, body=None, data=None)
         raw: urllib3.HTTPResponse = response.response
         return raw
 
     return call
+
+
+def _read_all(resp: urllib3.HTTPResponse) -> bytes:
+    """The whole body; the connection goes back to the pool once read, and is closed at once if the read fails
+    (never back to the pool half-read, nor left for the garbage collector to close)."""
+    try:
+        return resp.data
+    except BaseException:
+        resp.close()
+        raise
+    finally:
+        resp.release_conn()
 
 
 def api_client(kubeconfig: str | None, agent: str) -> k8s.ApiClient:
@@ -230,11 +270,103 @@ def _describe(exc: BaseException, host: str) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-def _unreachable(exc: BaseException) -> bool:
-    """The API server did not answer at all (as opposed to answering with an error status)."""
-    if isinstance(exc, ApiException):
-        return bool(exc.status == 0)
-    return isinstance(exc, (urllib3.exceptions.HTTPError, OSError))
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it wraps: urllib3's ``reason`` and ``args``, ``__cause__`` and ``__context__``."""
+    seen: set[int] = set()
+    todo: list[BaseException | None] = [exc]
+    while todo:
+        e = todo.pop(0)
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        yield e
+        reason = getattr(e, "reason", None)
+        todo += [reason if isinstance(reason, BaseException) else None, e.__cause__, e.__context__]
+        todo += [a for a in e.args if isinstance(a, BaseException)]
+
+
+# errnos of a connection the peer (or something on the way) closed or reset: one reason, however urllib3 and
+# http.client word it ("Connection aborted.", "Connection broken: ...", "Response ended prematurely",
+# "Remote end closed connection without response", a TLS EOF).
+_RESET_ERRNOS = {errno.ECONNRESET, errno.EPIPE, errno.ECONNABORTED}
+_RESET_TYPES = (http.client.RemoteDisconnected, http.client.IncompleteRead, ssl.SSLEOFError, ssl.SSLZeroReturnError,
+                urllib3.exceptions.ProtocolError, urllib3.exceptions.InvalidChunkLength)
+
+
+def _retry_after(exc: ApiException) -> float | None:
+    """What an error answer asks the client to wait: its Retry-After header (seconds), or its Status'
+    ``details.retryAfterSeconds`` (k8s.io/apimachinery/pkg/api/errors: a 429 or a 503 carries both)."""
+    value = (exc.headers or {}).get("Retry-After") if hasattr(exc.headers or {}, "get") else None
+    try:
+        if value is not None:
+            return float(value)
+    except ValueError:
+        pass   # an HTTP-date: the API server never sends one
+    try:
+        body = orjson.loads(exc.body or b"")
+    except orjson.JSONDecodeError:
+        return None
+    return _status_retry_after(body)
+
+
+def _status_retry_after(status: object) -> float | None:
+    details = status.get("details") if isinstance(status, dict) else None
+    value = details.get("retryAfterSeconds") if isinstance(details, dict) else None
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0 else None
+
+
+def _failure(exc: BaseException, host: str, silence: float) -> Failure:
+    """A failed attempt as a ``Failure``: its reason (what makes two failures one), a line for people, whether
+    the API server answered, what it asked us to wait. ``silence``: the seconds since the kind's last data."""
+    if isinstance(exc, ApiException) and exc.status:
+        return Failure(f"HTTP {exc.status}", _status_message(exc), answered=True, retry_after=_retry_after(exc))
+    if isinstance(exc, _APIError):
+        return Failure(f"watch error {exc.code}", str(exc), answered=True, retry_after=exc.retry_after)
+    if isinstance(exc, orjson.JSONDecodeError):
+        return Failure("not JSON", f"the API server's answer is not JSON: {exc}", answered=True)
+    where = f"cannot reach the API server at {host}"
+    causes = list(_causes(exc))
+    if any(_timed_out(c) for c in causes):
+        # A read deadline, or a connect that got no answer: either way nothing came for that long.
+        return Failure(NO_DATA, f"no data from the API server at {host} for {seconds(silence)}", answered=False)
+    for c in causes:
+        if isinstance(c, ssl.SSLCertVerificationError):
+            return Failure("TLS certificate", f"{where}: {c.verify_message or c}", answered=False)
+        if isinstance(c, socket.gaierror):
+            return Failure("name resolution", f"{where}: {c}", answered=False)
+        if isinstance(c, OSError) and c.errno == errno.ECONNREFUSED:
+            return Failure("connection refused", f"{where}: {c}", answered=False)
+        if (isinstance(c, OSError) and c.errno in _RESET_ERRNOS) or isinstance(c, _RESET_TYPES):
+            return Failure("connection reset", f"{where}: {_reset_words(causes)}", answered=False)
+    for c in causes:
+        if isinstance(c, OSError) and c.errno:
+            return Failure(errno.errorcode.get(c.errno, str(c.errno)), f"{where}: {c}", answered=False)
+    if isinstance(exc, ApiException):   # status 0: the client wraps TLS failures so
+        return Failure("TLS", _describe(exc, host), answered=False)
+    return Failure(type(exc).__name__, _describe(exc, host), answered=False)
+
+
+def _timed_out(exc: BaseException) -> bool:
+    # urllib3's NewConnectionError (refused, unreachable) is a ConnectTimeoutError by inheritance only.
+    if isinstance(exc, urllib3.exceptions.NewConnectionError):
+        return False
+    return isinstance(exc, (urllib3.exceptions.TimeoutError, TimeoutError))
+
+
+def _reset_words(causes: list[BaseException]) -> str:
+    """The plainest words of a reset among its wrappings ("[Errno 104] Connection reset by peer")."""
+    for c in causes:
+        if isinstance(c, OSError) and c.errno in _RESET_ERRNOS:
+            return str(c)
+    return "the connection was closed before the answer ended"
+
+
+def _forget(exc: BaseException) -> None:
+    """Drop what a failed attempt's exceptions hold: urllib3's frames keep the connection (and its socket) in
+    reference cycles that only the cyclic garbage collector would free, so a reset storm grew the open files by
+    a hundred between its runs. Cleared, the socket closes as the exception goes."""
+    for e in _causes(exc):
+        traceback.clear_frames(e.__traceback__)
 
 
 def _lines(resp: urllib3.HTTPResponse) -> Iterator[bytes]:
@@ -270,8 +402,12 @@ class _Reflector:
         self.checked = kind.kind in CUSTOM_KINDS
         self.status = KindStatus()
         self.call = _list_function(source.api_client, kind, namespace)
+        self.timing = source.timing
+        self.backoff = Backoff(source.timing)
+        self.report = KindReport(source.timing.summary_every)
+        self.started = time.monotonic()
+        self.current_at: float | None = None   # time.monotonic() of the last list, event, bookmark or watch end
         self._active: urllib3.HTTPResponse | None = None
-        self._failures = 0   # failed attempts since the last success
         self._lock = threading.Lock()
         self.thread = threading.Thread(target=self.run, name=f"live-{kind.kind}", daemon=True)
 
@@ -289,13 +425,12 @@ class _Reflector:
             try:
                 if rv is None:
                     rv = self._list()
-                started = time.monotonic()
-                rv, events = self._watch(rv)
+                rv, events, early = self._watch(rv)
                 expired_in_a_row = 0
-                # a watch that closes at once with nothing in it must not become a busy loop
-                if events == 0 and time.monotonic() - started < 1.0:
+                # a watch the server ends long before its timeout with nothing in it must not become a busy loop
+                if events == 0 and early:
                     quiet += 1
-                    if src._stop.wait(src._backoff(quiet)):
+                    if src._stop.wait(self.timing.delay(quiet, False, random.random())):
                         break
                 else:
                     quiet = 0
@@ -305,40 +440,59 @@ class _Reflector:
                 expired_in_a_row += 1
                 log.warning("%s: %s; relisting", self.label, exc)
                 # a server that keeps answering 410 must not turn this into a busy loop
-                if expired_in_a_row > 1 and src._stop.wait(src._backoff(expired_in_a_row - 1)):
+                if expired_in_a_row > 1 and src._stop.wait(
+                        self.timing.delay(expired_in_a_row - 1, False, random.random())):
                     break
             except Exception as exc:
                 if src._stop.is_set():
                     break
-                if rv is not None:
+                failure = _failure(exc, src.host, time.monotonic() - (self.current_at or self.started))
+                _forget(exc)
+                del exc
+                if failure.silent:
+                    rv = None   # a watch gone silent proves nothing about what it missed: list again
+                elif rv is not None:
                     # Resume from the last event applied, not from where the failed watch began: that one may
                     # be compacted away by now (a 410 and a full relist after every reset of a long watch).
                     rv = self.status.resource_version or rv
-                self._failures += 1
-                self._failed(exc, self._failures)
-                if src._stop.wait(src._backoff(self._failures, unreachable=_unreachable(exc))):
+                self._failed(failure)
+                if src._stop.wait(self.backoff.failed(failure, random.random())):
                     break
 
-    def _failed(self, exc: BaseException, failures: int) -> None:
-        reason = _describe(exc, self.source.host)
+    def _failed(self, failure: Failure) -> None:
+        now = time.monotonic()
         self.status.errors += 1
-        changed = reason != self.status.last_error
-        self.status.last_error = reason
+        self.status.last_error = failure.text
+        self.status.failing = failure.reason
+        self.status.silent = self.status.silent or failure.silent
         if not self.status.synced:
-            self.source.state.mark_unsynced(self.kind.kind, reason)
-            if changed:
-                log.warning("%s: not synced: %s; retrying", self.label, reason)
-        elif changed:
-            log.warning("%s: %s; serving the last complete state (resourceVersion %s) and reconnecting",
-                        self.label, reason, self.status.resource_version)
-        if not changed:
-            log.debug("%s: attempt %d failed: %s", self.label, failures, reason)
+            self.source.state.mark_unsynced(self.kind.kind, failure.text)
+        self.source._outage_failed(self.kind.kind, failure.reason, now)
+        if self.report.failed(failure, now):
+            log.warning("%s", failed_line(self.label, failure, self.status.synced, self.status.resource_version))
+        else:
+            log.debug("%s: attempt %d failed: %s", self.label, self.report.run, failure.text)
 
-    def _recovered(self) -> None:
-        self._failures = 0   # the backoff starts over after every success
-        if self.status.last_error is not None:
-            log.info("%s: reconnected to the API server", self.label)
-            self.status.last_error = None
+    def _recovered(self, listed: tuple[int, str] | None = None) -> str | None:
+        """The API server answered (a list completed, ``listed``: its count and resourceVersion; or a watch
+        opened). The backoff starts over; the line that says the kind recovered when its failures were said
+        (None otherwise)."""
+        now = time.monotonic()
+        self.backoff.succeeded()
+        age = now - self.current_at if self.current_at is not None else None
+        run = self.report.recovered(now)
+        if self.status.failing is not None:
+            self.source._outage_recovered(self.kind.kind)
+        self.status.last_error = self.status.failing = None
+        self.status.silent = False
+        if run is None:
+            return None
+        lasted, silent = run
+        return recovered_line(self.label, lasted, silent, age, listed, first=not self.status.synced)
+
+    def _current(self) -> None:
+        self.current_at = now = time.monotonic()
+        self.source.state.mark_current(self.kind.kind, now)
 
     # -- list -----------------------------------------------------------------------------
     def _query(self) -> dict[str, Any]:
@@ -346,7 +500,7 @@ class _Reflector:
 
     def _open(self, read_timeout: float, **kw: Any) -> urllib3.HTTPResponse:
         try:
-            return self.call(_request_timeout=(_CONNECT_TIMEOUT, read_timeout), **self._query(), **kw)
+            return self.call(_request_timeout=(self.timing.connect_timeout, read_timeout), **self._query(), **kw)
         except ApiException as exc:
             if exc.status == 410:
                 raise _Expired(_status_message(exc)) from None
@@ -361,7 +515,7 @@ class _Reflector:
             if cont:
                 kw["_continue"] = cont
             try:
-                resp = self._open(_LIST_READ_TIMEOUT, **kw)
+                resp = self._open(self.timing.list_read_timeout, **kw)
             except _Expired as exc:
                 if not cont:
                     raise
@@ -372,10 +526,7 @@ class _Reflector:
                 if self.source._stop.is_set():
                     raise
                 continue
-            try:
-                body = orjson.loads(resp.data)
-            finally:
-                resp.release_conn()
+            body = orjson.loads(_read_all(resp))
             # Page by page, so that only one page of whole objects is held at a time. Pages of 100 (client-go
             # lists 500): a page of whole objects weighs ~4x what is kept of it, and the memory a larger page
             # spreads over stays resident after the sync (bench/state_memory.py: 10k namespaces, 500 -> 100 per
@@ -392,13 +543,20 @@ class _Reflector:
             if not cont:
                 break
         rv = str(meta.get("resourceVersion") or "")
-        self._recovered()
+        said = self._recovered((len(items), rv))
         self.source.state.replace(self.kind.kind, items, invalid)
+        now = time.monotonic()
+        self.current_at = now
+        self.source.state.mark_listed(self.kind.kind, now, time.time())
         self.status.lists += 1
         self.status.resource_version = rv
-        if not self.status.synced:
+        first = not self.status.synced
+        if first:
             self.status.synced = True
             self.source.state.mark_synced(self.kind.kind)
+        if said is not None:
+            log.info("%s", said)
+        elif first:
             log.info("%s: synced %d objects (resourceVersion %s)", self.label, len(items), rv)
         else:
             log.info("%s: relisted %d objects (resourceVersion %s)", self.label, len(items), rv)
@@ -434,27 +592,38 @@ class _Reflector:
         return why
 
     # -- watch ----------------------------------------------------------------------------
-    def _watch(self, rv: str) -> tuple[str, int]:
-        """Apply events until the watch ends; returns the resourceVersion to resume from and the event count."""
+    def _watch(self, rv: str) -> tuple[str, int, bool]:
+        """Apply events until the watch ends; returns the resourceVersion to resume from, the event count, and
+        whether the server ended it long before its timeout.
+
+        The API server ends a watch at its ``timeoutSeconds``, and sends nothing before that on a kind where
+        nothing changes (a bookmark only once its watch cache has moved past the watch's resourceVersion:
+        docs/benchmarks.md, "bench/live_staleness.py"). So the read deadline sits just above the timeout: past
+        it, no byte means a dead connection, never a quiet kind (``Timing``)."""
         src = self.source
-        resp = self._open(src.watch_timeout_seconds + _WATCH_READ_MARGIN, watch=True,
-                          allow_watch_bookmarks=True, resource_version=rv,
-                          timeout_seconds=src.watch_timeout_seconds)
+        timeout = self.timing.watch_seconds(random.random())
+        resp = self._open(self.timing.watch_deadline(timeout), watch=True, allow_watch_bookmarks=True,
+                          resource_version=rv, timeout_seconds=timeout)
+        opened = time.monotonic()
         with self._lock:
             if src._stop.is_set():
                 resp.close()
-                return rv, 0
+                return rv, 0, False
             self._active = resp
         self.status.watches += 1
-        self._recovered()
+        said = self._recovered()
+        if said is not None:
+            log.info("%s", said)
         state, kind = src.state, self.kind.kind
         events = 0
+        ended = False
         try:
             for line in _lines(resp):
                 if src._stop.is_set():
                     break
                 event = orjson.loads(line)
                 events += 1
+                self._current()
                 etype = event.get("type")
                 obj = event.get("object") or {}
                 self.status.events[etype] = self.status.events.get(etype, 0) + 1
@@ -462,7 +631,7 @@ class _Reflector:
                     message = f"watch error {obj.get('code')} {obj.get('reason')}: {obj.get('message')}"
                     if obj.get("code") == 410:
                         raise _Expired(message)
-                    raise _APIError(message)
+                    raise _APIError(message, obj.get("code"), _status_retry_after(obj))
                 if etype in ("ADDED", "MODIFIED"):
                     if self._wanted(obj):
                         state.upsert(kind, *self._taken(obj))
@@ -472,15 +641,23 @@ class _Reflector:
                 if new_rv:
                     rv = new_rv
                     self.status.resource_version = rv
+            else:
+                # The end of the stream (the last chunk): the server had sent everything up to now.
+                ended = not src._stop.is_set()
         except (urllib3.exceptions.HTTPError, OSError):
             if not src._stop.is_set():
                 raise
         finally:
             with self._lock:
                 self._active = None
-            resp.close()
-            resp.release_conn()
-        return rv, events
+            if ended:
+                resp.release_conn()   # read to its end: the connection serves the next watch
+            else:
+                resp.close()          # broken, or left part-read: close it now, never back into the pool
+                resp.release_conn()
+        if ended:
+            self._current()
+        return rv, events, ended and time.monotonic() - opened < timeout / 2
 
     def interrupt(self) -> None:
         """Unblock a watch read from another thread (stop())."""
@@ -504,8 +681,8 @@ class LiveSource:
                  kinds: list[str] | tuple[str, ...] | None = None,
                  field_selectors: dict[str, str] | None = None,
                  config_map: tuple[str, str] = (SLO_CONFIG_NAMESPACE, SLO_CONFIG_NAME),
-                 watch_timeout_seconds: int = 300, page_size: int = 100, api_client: k8s.ApiClient | None = None,
-                 backoff_initial: float = 0.5, backoff_max: float = 30.0) -> None:
+                 page_size: int = 100, api_client: k8s.ApiClient | None = None,
+                 timing: Timing | None = None) -> None:
         self.state = state
         self.kubeconfig = kubeconfig
         self.kinds = tuple(kinds if kinds is not None else state.kinds)
@@ -519,21 +696,24 @@ class LiveSource:
             if k not in ("Pod", "Node"):
                 raise LiveSourceError(f"field selectors are supported for Pod and Node, not {k!r}")
         self.config_map = config_map
-        self.watch_timeout_seconds = int(watch_timeout_seconds)
         self.page_size = int(page_size)
-        self.backoff_initial = backoff_initial
-        self.backoff_max = backoff_max
+        self.timing = timing or Timing()
         if api_client is None:
             cfg = _client_configuration(kubeconfig)
             cfg.connection_pool_maxsize = max(cfg.connection_pool_maxsize or 0, len(self.kinds) + 2)
-            # the reflectors retry with backoff; urllib3 only retries a dropped pooled connection once,
-            # not a refused connect (its default 3 quick retries would each log a warning)
-            cfg.retries = urllib3.Retry(total=1, connect=0)
+            # No retries inside urllib3: every failed attempt comes back to the reflector, which waits and tries
+            # again by its own backoff and logs by its own rules. urllib3's would each log a warning with the
+            # request's URL (a reset storm: a thousand lines in three minutes) and leave the failed connection
+            # in garbage the reflector never sees (_forget).
+            cfg.retries = False
             api_client = k8s.ApiClient(cfg)
             api_client.user_agent = "colocation-webhook/live-source"
         self.api_client = api_client
         self.host = api_client.configuration.host
         self._stop = threading.Event()
+        self._outage = Outage(self.timing.summary_every, self.kinds)
+        self._outage_lock = threading.Lock()
+        self._summaries = threading.Thread(target=self._summarize, name="live-summary", daemon=True)
         self._reflectors: dict[str, _Reflector] = {}
         for k in self.kinds:
             if k == "ConfigMap":
@@ -543,24 +723,33 @@ class LiveSource:
                 r = _Reflector(self, KINDS[k], self.field_selectors.get(k), None, None)
             self._reflectors[k] = r
 
-    def _backoff(self, failures: int, unreachable: bool = False) -> float:
-        """Capped exponential backoff with jitter (0.8..1.2), so restarted replicas do not retry in step.
-
-        An API server that cannot be reached (refused, reset, timed out: a restart, a failover) costs nothing
-        to try again: then the wait stays under ``RECONNECT_MAX`` seconds, so the watch is back within about a
-        second of the server answering. One that answers with an error (403, 500) backs off to ``backoff_max``."""
-        cap = min(self.backoff_max, RECONNECT_MAX) if unreachable else self.backoff_max
-        delay = min(cap, self.backoff_initial * (2 ** max(0, failures - 1)))
-        return float(delay) * random.uniform(0.8, 1.2)
-
     def status(self) -> dict[str, KindStatus]:
         return {k: r.status for k, r in self._reflectors.items()}
 
+    # -- the summary while any kind fails -------------------------------------------------------
+    def _outage_failed(self, kind: str, reason: str, now: float) -> None:
+        with self._outage_lock:
+            self._outage.failed(kind, reason, now, time.time())
+
+    def _outage_recovered(self, kind: str) -> None:
+        with self._outage_lock:
+            self._outage.recovered(kind)
+
+    def _summarize(self) -> None:
+        tick = min(1.0, self.timing.summary_every / 4)
+        while not self._stop.wait(tick):
+            with self._outage_lock:
+                summary = self._outage.due(time.monotonic())
+            if summary is not None:
+                log.warning("%s", summary_line(summary, self.host, len(self.kinds)))
+
+    # -- lifecycle -------------------------------------------------------------------------------
     def start(self) -> None:
         log.info("live cluster state from %s: %s", self.host, ", ".join(
             f"{k} ({r.field_selector})" if r.field_selector else k for k, r in self._reflectors.items()))
         for r in self._reflectors.values():
             r.thread.start()
+        self._summaries.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -571,3 +760,5 @@ class LiveSource:
                 r.thread.join(timeout=timeout)
                 if r.thread.is_alive():
                     log.warning("%s: reflector did not stop within %.0fs", r.label, timeout)
+        if self._summaries.is_alive():
+            self._summaries.join(timeout=timeout)

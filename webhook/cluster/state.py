@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
+from webhook.cluster.freshness import stale_reason
 from webhook.core.priority import SYSTEM_PRIORITY_CLASSES, default_priority_class
 
 SLO_CONFIG_NAMESPACE = "koordinator-system"
@@ -167,6 +169,12 @@ class ClusterState:
         self._derived: dict[str, dict[str, Any]] = {k: {} for k in self.kinds}   # kind -> key -> value
         self._last: dict[str, Any] = {}   # key -> the value last built, kept across changes (one per key)
         self.generation = 0
+        # Written by the live source only (a folder is the truth it holds, so it has no age): per kind, when the
+        # cache was last known current (time.monotonic(): its last list, event, bookmark or watch ended by the
+        # server) and when it was last listed whole (Unix time).
+        self._current_at: dict[str, float] = {}
+        self._listed_at: dict[str, float] = {}
+        self.max_age: float | None = None   # unready while a kind is older (serve --max-cache-age); None: never
 
     # -- writes (sources) -------------------------------------------------------------
     def replace(self, kind: str, objects: Iterable[dict[str, Any]], invalid: Mapping[Key, str] | None = None) -> None:
@@ -228,6 +236,15 @@ class ClusterState:
             self._synced = self._synced - {kind}
             self._errors[kind] = reason
 
+    def mark_current(self, kind: str, at: float) -> None:
+        """The cache of ``kind`` was current at ``at`` (``time.monotonic()``)."""
+        self._current_at[kind] = at
+
+    def mark_listed(self, kind: str, at: float, wall: float) -> None:
+        """``kind`` was listed whole, at ``at`` (``time.monotonic()``) and ``wall`` (Unix time)."""
+        self._current_at[kind] = at
+        self._listed_at[kind] = wall
+
     def _touch(self, kind: str) -> None:
         self.generation += 1
         self._derived[kind] = {}
@@ -237,12 +254,25 @@ class ClusterState:
     def ready(self) -> bool:
         return self._synced.issuperset(self.kinds)
 
-    def not_ready_reason(self) -> str | None:
+    def not_ready_reason(self, now: float | None = None) -> str | None:
+        """Why /readyz is 503: a kind not listed yet, or (with ``max_age``) a kind whose cache is older than that
+        at ``now`` (``time.monotonic()``; None: the present). None when ready."""
         missing = [k for k in self.kinds if k not in self._synced]
-        if not missing:
+        if missing:
+            details = [f"{k} ({self._errors[k]})" if k in self._errors else k for k in missing]
+            return "cluster state not synced yet: " + ", ".join(details)
+        if self.max_age is None:
             return None
-        details = [f"{k} ({self._errors[k]})" if k in self._errors else k for k in missing]
-        return "cluster state not synced yet: " + ", ".join(details)
+        return stale_reason(self.ages(time.monotonic() if now is None else now), self.max_age)
+
+    def ages(self, now: float) -> dict[str, float]:
+        """Per kind the live source keeps, the seconds since its cache was last known current, at ``now``
+        (``time.monotonic()``)."""
+        return {k: max(0.0, now - at) for k in self.kinds if (at := self._current_at.get(k)) is not None}
+
+    def listed_at(self) -> dict[str, float]:
+        """Per kind the live source keeps, the Unix time of its last complete list."""
+        return {k: at for k in self.kinds if (at := self._listed_at.get(k)) is not None}
 
     def synced_kinds(self) -> frozenset[str]:
         return frozenset(self._synced)
