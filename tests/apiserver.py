@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -72,8 +73,9 @@ class Received:
 
 
 class ReplayAPIServer:
-    def __init__(self, speed: float = 1.0, port: int = 0) -> None:
+    def __init__(self, speed: float = 1.0, port: int = 0, tls: tuple[Path, Path] | None = None) -> None:
         self.port = port  # 0 = any free port; a fixed one lets a test start the API after its client
+        self.tls = tls    # (certificate, key): serve HTTPS, as an apiserver does
         self.routes: list[Route] = []
         self.received: list[Received] = []
         self.speed = speed  # >1 replays recorded delays faster
@@ -120,7 +122,7 @@ class ReplayAPIServer:
     def url(self) -> str:
         assert self._httpd is not None
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     def start(self) -> ReplayAPIServer:
         outer = self
@@ -182,6 +184,7 @@ class ReplayAPIServer:
                 self.send_response(route.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Transfer-Encoding", "chunked")
+                self.send_header("Connection", "close")   # it closes the connection after the stream
                 self.end_headers()
                 start = time.monotonic()
                 try:
@@ -211,6 +214,12 @@ class ReplayAPIServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
         self._httpd.daemon_threads = True
+        if self.tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(*self.tls)
+            # The handshake in each connection's thread, not in the accepting one.
+            self._httpd.socket = context.wrap_socket(self._httpd.socket, server_side=True,
+                                                     do_handshake_on_connect=False)
         threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
         return self
 

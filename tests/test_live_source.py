@@ -54,11 +54,12 @@ def wait_for(cond: Callable[[], object], timeout: float = 4.0, what: str = "cond
         time.sleep(0.01)
 
 
-def write_kubeconfig(folder: Path, url: str) -> Path:
+def write_kubeconfig(folder: Path, url: str, ca: Path | None = None) -> Path:
     path = folder / "kubeconfig.yaml"
+    cluster: dict[str, str] = {"server": url} if ca is None else {"server": url, "certificate-authority": str(ca)}
     path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "replay",
-        "clusters": [{"name": "replay", "cluster": {"server": url}}],
+        "clusters": [{"name": "replay", "cluster": cluster}],
         "users": [{"name": "tester", "user": {"token": "replay-token"}}],
         "contexts": [{"name": "replay", "context": {"cluster": "replay", "user": "tester"}}],
     }))

@@ -736,7 +736,7 @@ class LiveSource:
             self._outage.recovered(kind)
 
     def _summarize(self) -> None:
-        tick = min(1.0, self.timing.summary_every / 4)
+        tick = min(1.0, self.timing.summary_every / 20)
         while not self._stop.wait(tick):
             with self._outage_lock:
                 summary = self._outage.due(time.monotonic())
