@@ -15,6 +15,7 @@ import re
 import shutil
 import ssl
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from tests.serving import run_server
 from webhook.admission.metrics import Metrics, ReviewFamily, RuleTimes
 from webhook.agent.metrics import AgentMetrics, Health, serve
 from webhook.cli import webhook as webhook_cli
-from webhook.cluster.state import ClusterState
+from webhook.cluster.state import AGENT_KINDS, ClusterState
 from webhook.tls.watch import CertWatcher
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -83,12 +84,20 @@ def _merge(into: dict[str, set[str]], names: dict[str, set[str]], declared: dict
         into.setdefault(name, set()).update(labels | extra | ({"le"} if name.endswith("_bucket") else set()))
 
 
+def live_kept(state: ClusterState) -> ClusterState:
+    """``state`` as the live source keeps it: every kind listed, so the cache's age and last sync have samples."""
+    now, wall = time.monotonic(), time.time()
+    for kind in state.kinds:
+        state.mark_listed(kind, now, wall)
+    return state
+
+
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     """Every series name either program exports -> its label names."""
     out: dict[str, set[str]] = {}
-    # The webhook, scraped over HTTP on its metrics port.
-    with run_server(ClusterState(), tmp_path_factory.mktemp("certs")) as server:
+    # The webhook, scraped over HTTP on its metrics port, its state as the live source keeps it.
+    with run_server(live_kept(ClusterState()), tmp_path_factory.mktemp("certs")) as server:
         webhook_text = server.metrics()
     _merge(out, _families(webhook_text), _declared_labels(Metrics(ClusterState())))
     # The certificate metrics the serving command adds to the same registry.
@@ -99,6 +108,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, set[str]]:
     _merge(out, _families(generate_latest(registry).decode()), _declared_labels(watcher))
     # The agent, scraped over HTTP.
     agent = AgentMetrics()
+    agent.watch_cache(live_kept(ClusterState(AGENT_KINDS)))
     httpd = serve(0, agent, Health(1.0), host="127.0.0.1")
     try:
         agent_text = httpx.get(f"http://127.0.0.1:{httpd.server_address[1]}/metrics", timeout=10).text
@@ -115,6 +125,9 @@ def test_the_exported_names_are_what_a_query_uses(exported: dict[str, set[str]])
     assert exported["colocation_webhook_requests_total"] >= {"endpoint", "operation", "outcome"}
     assert "le" in exported["colocation_webhook_request_duration_seconds_bucket"]
     assert exported["colocation_webhook_cache_synced"] == {"kind"}
+    assert exported["colocation_webhook_cache_age_seconds"] == {"kind"}
+    assert exported["colocation_webhook_cache_last_sync_timestamp_seconds"] == {"kind"}
+    assert exported["colocation_agent_cache_age_seconds"] == {"kind"}
     assert "colocation_webhook_certificate_expiry_timestamp_seconds" in exported
     assert exported["colocation_agent_eviction_failures_total"] == {"reason", "outcome"}
     assert "controller_runtime_webhook_requests_in_flight" in exported
@@ -180,6 +193,8 @@ def _alerts() -> list[dict[str, Any]]:
 ISSUE_ALERTS = {  # what each alert is for (issue 12) -> its name
     "certificate expiry within 14 days": "ColocationWebhookCertificateExpiresSoon",
     "cache not synced": "ColocationWebhookCacheNotSynced",
+    "cache older than a threshold (issue 34)": "ColocationWebhookCacheStale",
+    "agent cache older than a threshold (issue 34)": "ColocationAgentCacheStale",
     "error rate": "ColocationWebhookErrors",
     "deny-rate spike": "ColocationWebhookDenialSpike",
     "p99 above 100 ms": "ColocationWebhookLatencyHigh",
