@@ -123,7 +123,8 @@ def test_a_silent_partition_is_said_measured_and_mended(tmp_path: Path, lines: L
     """The link blackholed (no FIN, no RST, the proxy answering for the API server): every kind says "no data"
     within its read deadline, its age grows past --max-cache-age and /readyz goes 503. The connections frozen by
     the fault stay frozen after it (a flow the network forgot): the kinds relist on new ones and pick up the label
-    set on colo-demo during the fault, each in one line saying for how long it had no data."""
+    set on colo-demo during the fault (or, after a partition shorter than the deadline, once the link is back),
+    each in one line saying for how long it had no data."""
     with ReplayAPIServer(speed=20) as api:
         serve_webhook_kinds(api)
         state = ClusterState(WEBHOOK_KINDS)
@@ -135,12 +136,15 @@ def test_a_silent_partition_is_said_measured_and_mended(tmp_path: Path, lines: L
             mark, before = lines.mark(), {k: s.lists for k, s in src.status().items()}
             proxy.mode = "drop"
             dropped = time.monotonic()
-            label = {"colo.example/after-the-fault": "true"}
-            api.routes.insert(0, Route(method="GET", path=NS, status=200, body=labelled_namespaces(label),
-                                       watch=False))
+            label = {"colo.example/changed": "true"}
+            labelled = Route(method="GET", path=NS, status=200, body=labelled_namespaces(label), watch=False)
             if partition < FAST.longest_silence:
                 time.sleep(partition)
                 proxy.mode = "pass"
+                api.routes.insert(0, labelled)   # changed once the link is back
+            else:
+                time.sleep(0.3 * MINUTE)
+                api.routes.insert(0, labelled)   # changed 18 s (scaled: 1.8 s) into the fault
             wait_for(lambda: all(s.silent or s.lists > before[k] for k, s in src.status().items()),
                      timeout=FAST.longest_silence + 1.5, what="every kind to notice its silent watch")
             noticed = time.monotonic() - dropped
@@ -155,7 +159,7 @@ def test_a_silent_partition_is_said_measured_and_mended(tmp_path: Path, lines: L
                 time.sleep(max(0.0, dropped + partition - time.monotonic()))
                 proxy.mode = "pass"
             back = time.monotonic()
-            wait_for(lambda: (state.namespace_labels("colo-demo") or {}).get("colo.example/after-the-fault"),
+            wait_for(lambda: (state.namespace_labels("colo-demo") or {}).get("colo.example/changed"),
                      timeout=FAST.list_read_timeout + 3, what="the change made during the fault")
             assert time.monotonic() - back <= FAST.list_read_timeout + FAST.connect_timeout + 1.5
             wait_for(lambda: state.not_ready_reason() is None, what="ready again")
