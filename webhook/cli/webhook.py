@@ -261,7 +261,8 @@ def policies(args: argparse.Namespace) -> int:
     if args.check is not None and args.cluster_state is None and not live:
         raise UsageError("--check compares with the profiles of a cluster state: give --cluster-state DIR or "
                          "--kubeconfig F")
-    profile_docs: list[dict[str, Any]] = []
+    # Without a cluster state: the band policy with no profile left out, as the component ships it.
+    profile_docs: list[dict[str, Any]] = profile_policies.band_policy([])
     if args.cluster_state is not None or live:
         applied = _applied(args.check) if args.check is not None else None
         state, source = listed_state(args.cluster_state, args.kubeconfig, False, args.sync_timeout)
@@ -273,14 +274,15 @@ def policies(args: argparse.Namespace) -> int:
                 source.stop()
         for note in rendered.notes:
             print(f"note: {note}", file=sys.stderr)
+        profile_docs = [*rendered.band, *rendered.objects]
         if applied is not None:
-            found_stale = profile_policies.stale(rendered.objects, applied)
+            found_stale = profile_policies.stale([generated.policy(), generated.binding(), *profile_docs], applied)
             for s in found_stale:
                 print(f"{s.kind}/{s.name}: {s.problem}")
             if not found_stale:
-                print(f"the applied profile policies are up to date ({len(rendered.objects) // 2} profile(s))")
+                print(f"the applied policies are up to date (the pod invariants, the band conversion and "
+                      f"{len(rendered.objects) // 2} profile(s))")
             return EXIT_DENIED if found_stale else 0
-        profile_docs = rendered.objects
     if args.output == "json":
         items = [generated.policy(), generated.binding(), *profile_docs]
         print(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items}, option=orjson.OPT_INDENT_2).decode())
@@ -467,8 +469,10 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                          description="Print the validating rules that need no cluster state as one "
                                      "ValidatingAdmissionPolicy and its binding: what "
                                      "manifests/components/admission-policies holds (docs/deploy.md, \"Admission "
-                                     "policies\"). With a cluster state, also a policy and binding per "
-                                     "ClusterColocationProfile that refuse the pods it matches unconverted. "
+                                     "policies\"), the pod invariants and the band conversion. With a cluster "
+                                     "state, also a policy and binding per ClusterColocationProfile that refuse "
+                                     "the pods it matches unconverted, and the band conversion with the pods of "
+                                     "profiles that skip it left out. "
                                      "Offline; the apiserver enforces them while the webhook is down.")
     pol.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
                      help="a YAML stream, or a JSON v1 List")
@@ -476,10 +480,10 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                       "refusing its unconverted pods while the webhook is down",
                  "the same from this cluster's profiles (listed first)")
     pol.add_argument("--check", type=Path, metavar="FILE",
-                     help="instead of printing: compare with the applied profile policies and bindings in FILE "
-                          "(kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings -l "
-                          "app.kubernetes.io/component=profile-policy -o yaml; - reads stdin); exit 1 and list "
-                          "each one missing, stale or left over")
+                     help="instead of printing: compare, field by field, with the applied policies and bindings in "
+                          "FILE (kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings -l "
+                          "app.kubernetes.io/part-of=colocation-webhook -o yaml; - reads stdin); exit 1 and list "
+                          "each one missing, edited, stale or left over")
     pol.set_defaults(func=policies)
 
     c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service",
