@@ -23,9 +23,8 @@ import copy
 import json
 import shutil
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -102,13 +101,7 @@ def _create(c: real_apiserver.Cluster, pod: dict[str, Any], dry_run: bool = True
     return False, err.split(DENIED, 1)[1] if DENIED in err else err
 
 
-def _wait(what: str, ready: Callable[[], bool], seconds: float = 60) -> None:
-    """The apiserver acts on a new or deleted policy binding once its informer has it: poll until it does."""
-    deadline = time.monotonic() + seconds
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the apiserver did not act on {what} within {seconds:.0f} s")
-        time.sleep(0.25)
+_wait = real_apiserver.wait_until
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ and the fixture waits until the apiserver acts on a change (its informers lag a 
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -154,12 +153,7 @@ def _denied(answer: str, policy: str | tuple[str, ...]) -> str:
     raise AssertionError(f"not refused by {' or '.join(names)}: {answer}")
 
 
-def _wait(what: str, ready: Callable[[], bool], seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not ready():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"the apiserver did not act on {what} within {seconds:.0f} s")
-        time.sleep(0.25)
+_wait = real_apiserver.wait_until
 
 
 BATCH = {"kubernetes.io/batch-cpu": "11500", "kubernetes.io/batch-memory": "24Gi"}  # canonical quantities

@@ -160,6 +160,22 @@ def _written(p: Profile) -> tuple[set[str], set[str], bool]:
     return qos, classes, unknown
 
 
+def _pod_creates() -> dict[str, Any]:
+    """The policies' matchConstraints: pod CREATEs, where profiles and the conversion apply."""
+    return {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                               "resources": ["pods"], "scope": "Namespaced"}],
+            "matchPolicy": "Equivalent"}
+
+
+def _objects(name: str, meta: dict[str, Any], policy_spec: dict[str, Any],
+             binding_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and its binding, both named ``name``, each with its own copy of ``meta``."""
+    return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+             "metadata": {"name": name, **json.loads(json.dumps(meta))}, "spec": spec}
+            for kind, spec in (("ValidatingAdmissionPolicy", policy_spec),
+                               ("ValidatingAdmissionPolicyBinding", binding_spec))]
+
+
 def _band_names(band: str) -> list[str]:
     """The resource names a pod of ``band`` (koord-batch, koord-mid) asks for in place of cpu/memory, the legacy
     names of those included."""
@@ -220,11 +236,7 @@ def band_policy(skipping: list[Profile]) -> list[dict[str, Any]]:
     refuse = "size(variables.band) > 0 && variables.asksNative" + (" && !variables.skipped" if skipped else "")
     policy_spec = {
         "failurePolicy": "Fail",
-        "matchConstraints": {
-            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                               "resources": ["pods"], "scope": "Namespaced"}],
-            "matchPolicy": "Equivalent",
-        },
+        "matchConstraints": _pod_creates(),
         "variables": variables,
         "validations": [{"expression": f"!({refuse})", "messageExpression": band_message(),
                          "message": BAND_MESSAGE, "reason": "Forbidden"}],
@@ -238,12 +250,7 @@ def band_policy(skipping: list[Profile]) -> list[dict[str, Any]]:
     notes = {PROFILE_ANNOTATION: ",".join(p.name for p in skipping)} if skipping else {}
     meta = {"labels": {**LABELS, "app.kubernetes.io/component": BAND_COMPONENT},
             "annotations": {**notes, DIGEST_ANNOTATION: _digest(policy_spec, binding_spec)}}
-    return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-         "metadata": {"name": BAND_POLICY_NAME, **json.loads(json.dumps(meta))}, "spec": policy_spec},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": {"name": BAND_POLICY_NAME, **json.loads(json.dumps(meta))}, "spec": binding_spec},
-    ]
+    return _objects(BAND_POLICY_NAME, meta, policy_spec, binding_spec)
 
 
 def _selector(sel: Any) -> dict[str, Any]:
@@ -263,11 +270,7 @@ def _pair(p: Profile, validation: str, variables: list[dict[str, str]]) -> list[
     policy_spec = {
         # Fail: an expression that errs refuses rather than admits the pod unconverted.
         "failurePolicy": "Fail",
-        "matchConstraints": {
-            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                               "resources": ["pods"], "scope": "Namespaced"}],
-            "matchPolicy": "Equivalent",
-        },
+        "matchConstraints": _pod_creates(),
         "validations": [{"expression": validation, "message": message(p.name), "reason": "Forbidden"}],
     }
     if variables:
@@ -279,12 +282,7 @@ def _pair(p: Profile, validation: str, variables: list[dict[str, str]]) -> list[
     }
     meta = {"labels": dict(LABELS), "annotations": {PROFILE_ANNOTATION: p.name,
                                                      DIGEST_ANNOTATION: _digest(policy_spec, binding_spec)}}
-    return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-         "metadata": {"name": name, **json.loads(json.dumps(meta))}, "spec": policy_spec},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": {"name": name, **json.loads(json.dumps(meta))}, "spec": binding_spec},
-    ]
+    return _objects(name, meta, policy_spec, binding_spec)
 
 
 def render(profiles: list[dict[str, Any]], lookup_class: Callable[[str], dict[str, Any] | None],
