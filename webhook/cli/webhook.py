@@ -346,6 +346,8 @@ COMMAND_CODES: dict[str, dict[int, str]] = {  # each command's --help lists its 
     "audit": {0: "every object agrees (--migrate: none uses the legacy protocol)",
               1: "an object the rules would change or deny (--migrate: one uses the legacy protocol)",
               2: _usage("a flag, a file, a cluster state, a kubeconfig, an API error while listing"),
+              3: "nothing to audit: no pod or workload in the input (an empty file or stdin, other kinds only, "
+                 "all left out by -n, -l or --kinds), said on stderr",
               130: INTERRUPTED, 141: STDOUT_CLOSED},
     "policies": {0: "printed (--check: the applied profile policies are up to date)",
                  1: "--check: an applied profile policy is missing, stale or left over",
@@ -364,6 +366,7 @@ EXIT_CODES = {
     0: "done",
     1: "; ".join(f"{command}: {codes[1]}" for command, codes in COMMAND_CODES.items() if 1 in codes),
     2: _usage("a flag, a file, a certificate, a kubeconfig, a port in use"),
+    3: f"audit: {COMMAND_CODES['audit'][3]}",
     130: INTERRUPTED,
     141: STDOUT_CLOSED,
 }
