@@ -17,7 +17,7 @@ import orjson
 
 from webhook.audit.migrate import migration
 from webhook.audit.subjects import KINDS, PLURALS, Subject, kind_of, subject
-from webhook.cli.common import UsageError, exit_codes, namespace, positive
+from webhook.cli.common import UsageError, exit_codes, namespace, positive, stderr_warning, unverified_tls
 from webhook.cli.common import seconds as _seconds
 from webhook.cli.state import listed_state, review_settings, review_settings_flags
 from webhook.cluster.state import ClusterState, Kind
@@ -66,7 +66,8 @@ class Seen:
     """What the input held besides the objects audited: said when nothing was audited, and kustomize's files
     skipped, said in any case."""
 
-    def __init__(self) -> None:
+    def __init__(self, kinds: tuple[str, ...] = ()) -> None:
+        self.kinds = kinds                              # what is audited
         self.read = 0                                   # objects read
         self.other_kinds: dict[str, int] = {}           # kinds that are no pod or workload, by count
         self.filtered = 0                               # pods and workloads -n, -l or --kinds left out
@@ -77,7 +78,8 @@ class Seen:
         if not args.filename:
             where = "".join((f" in namespace {args.namespace}" if args.namespace else "",
                              f" with labels {args.selector}" if args.selector else ""))
-            return f"nothing to audit: the cluster holds no {args.kinds.replace(',', ', ')}{where}"
+            kinds = ", ".join(PLURALS[k] for k in self.kinds)
+            return f"nothing to audit: the cluster holds no {kinds}{where}"
         source = "the input"
         if self.read == 0:
             why = f"{source} holds no object" + (" (an empty stdin: did the command before the pipe fail?)"
@@ -131,6 +133,7 @@ def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any,
 def _from_cluster(args: argparse.Namespace, kinds: tuple[str, ...], seen: Seen) -> Iterator[Item]:
     from webhook.cluster.live import api_client, paginated
 
+    unverified_tls(args.kubeconfig, stderr_warning("audit"))
     api = api_client(args.kubeconfig, "colocation-webhook/audit")
     try:
         for kind in kinds:
@@ -197,7 +200,7 @@ def run(args: argparse.Namespace) -> int:
     settings.pinned_draw = 0  # a workload a profile converts some pods of is named, whatever the share
     settings.warning_limit = None  # a finding's detail holds its warnings whole (the table cuts its cells)
     logging.getLogger("webhook.admission").setLevel(logging.WARNING)  # each denial is a finding, not a log line
-    seen = Seen()
+    seen = Seen(kinds)
     items = _from_files(args, kinds, selector, seen) if args.filename else _from_cluster(args, kinds, seen)
     try:
         if args.migrate:
