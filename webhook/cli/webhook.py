@@ -348,7 +348,9 @@ def _applied(path: Path) -> list[dict[str, Any]]:
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except OSError as exc:
+        raise UsageError(f"--check: {path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"--check: {path}: {exc}") from None
     out: list[dict[str, Any]] = []
     for d in docs:
