@@ -432,3 +432,17 @@ def test_live_leaves_out_an_invalid_object_with_one_warning_and_a_metric(tmp_pat
     warned = [r.getMessage() for r in caplog.records if "PriorityClass high" in r.getMessage()]
     assert warned == ["PriorityClass high: json: cannot unmarshal string into Go struct field PriorityClass.value of "
                       "type int32; not applied until it is fixed"]
+
+
+def test_a_kustomize_overlay_patch_is_a_second_object_and_says_so(tmp_path: Path) -> None:
+    """Read as it is, an overlay's patch would replace the base's object, or be replaced by it: which one the
+    cluster holds is kustomize's output, not the folder."""
+    base = write(tmp_path, "base/ns.yaml", yaml.safe_dump(ns("team-a")))
+    write(tmp_path, "overlay/kustomization.yaml", "resources: [../base]\npatches: [{path: ns.yaml}]\n")
+    patch = write(tmp_path, "overlay/ns.yaml", yaml.safe_dump(ns("team-a", colocation="on")))
+    with pytest.raises(StateFileError) as caught:
+        load_folder(tmp_path)
+    assert str(caught.value) == (
+        f'{patch}:1: Namespace team-a: namespaces "team-a" already exists; it is also at {base}:1, and a state '
+        "holds each object once; a kustomize overlay's patch is no object of its own: give the state kustomize "
+        "builds (kubectl kustomize DIR > FILE)")

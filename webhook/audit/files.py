@@ -39,6 +39,7 @@ import orjson
 import yaml
 from yaml import events, nodes
 
+from webhook.cluster.files import KUSTOMIZATIONS as STATE_KUSTOMIZATIONS
 from webhook.cluster.files import StateFileError, found, manifest_files, yaml_problem
 
 _CHUNK = 1 << 20
@@ -58,7 +59,7 @@ class ObjectsError(ValueError):
     """A file the audit cannot read: the message names the file and where."""
 
 
-KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml", "Kustomization")  # the names kustomize reads
+KUSTOMIZATIONS = (*STATE_KUSTOMIZATIONS, "Kustomization")  # the names kustomize reads
 KUSTOMIZE_GROUP = "kustomize.config.k8s.io/"
 
 

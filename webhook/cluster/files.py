@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
 _REWATCH_SECONDS = 5.0
+KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml")  # the names kustomize reads in a folder
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 YAML_LOADER: type[yaml.SafeLoader] = _LOADER  # the C parser where PyYAML has it: safe, 10 times as fast
 
@@ -353,7 +354,11 @@ def _parse(folder: Path, locate: str | None, read: tuple[str, ...]) -> _Loaded:
     loaded = _Loaded({k: [] for k in read}, {}, [])
     first: dict[tuple[str, str, str], Origin] = {}     # where each object was, to name both of two
     default: tuple[str, Origin] | None = None          # the globalDefault PriorityClass, and where
-    for path in manifest_files(folder):
+    files = manifest_files(folder)
+    # A kustomize overlay's patch looks like the object it patches: a second object of that name.
+    overlay = ("; a kustomize overlay's patch is no object of its own: give the state kustomize builds "
+               "(kubectl kustomize DIR > FILE)" if any(f.name in KUSTOMIZATIONS for f in files) else "")
+    for path in files:
         for line, doc, node in _documents(path):
             for obj, origin in _flatten((path, line, node, ()), doc):
                 # Every kind a state holds is checked, whichever program reads the folder: one verdict for both.
@@ -387,7 +392,7 @@ def _parse(folder: Path, locate: str | None, read: tuple[str, ...]) -> _Loaded:
                 if key in first:
                     raise StateFileError(f"{path}:{_line_of(origin)}: {_describe(obj)}: "
                                          f"{already_exists(_resource(kind), meta['name'])}; it is also at "
-                                         f"{_where(first[key])}, and a state holds each object once")
+                                         f"{_where(first[key])}, and a state holds each object once{overlay}")
                 first[key] = (path, line, None, origin[3])  # no node kept: found again for an error
                 if kind == "PriorityClass" and obj.get("globalDefault") is True:
                     if default is not None:
