@@ -446,3 +446,21 @@ def test_a_kustomize_overlay_patch_is_a_second_object_and_says_so(tmp_path: Path
         f'{patch}:1: Namespace team-a: namespaces "team-a" already exists; it is also at {base}:1, and a state '
         "holds each object once; a kustomize overlay's patch is no object of its own: give the state kustomize "
         "builds (kubectl kustomize DIR > FILE)")
+
+
+def test_an_object_that_turns_invalid_leaves_the_state_and_comes_back_fixed() -> None:
+    """What the live source's watch does (ClusterState.upsert with a reason): the class is gone while invalid, a
+    profile stays marked."""
+    state = ClusterState(WEBHOOK_KINDS)
+    state.upsert("PriorityClass", pc("koord-batch", value=5000))
+    state.upsert("PriorityClass", pc("koord-batch", value="high"), invalid="bad value")
+    assert state.priority_class("koord-batch") is None
+    assert state.invalid_counts()["PriorityClass"] == 1
+    state.upsert("PriorityClass", pc("koord-batch", value=5001))
+    assert state.priority_class("koord-batch")["value"] == 5001  # type: ignore[index]
+    assert state.invalid_counts()["PriorityClass"] == 0
+    profile = {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
+               "metadata": {"name": "p"}, "spec": {}}
+    state.upsert("ClusterColocationProfile", profile, invalid="unknown field")
+    assert state.invalid_colocation_profiles() == {"p": "unknown field"}
+    assert [p["metadata"]["name"] for p in state.colocation_profiles()] == ["p"]
