@@ -1,33 +1,39 @@
 # One image, two programs: colocation-webhook (the default entry point, `serve`) and colocation-agent
 # (the DaemonSet sets `command: [colocation-agent]`).
 #   docker build -t colocation-webhook:0.1.0 .
+# The runtime stage mounts the build stage's wheels for its install step (RUN --mount, which needs BuildKit: Docker
+# Engine's default builder since 23.0, DOCKER_BUILDKIT=1 on 20.10 to 22.x;
+# https://docs.docker.com/reference/dockerfile/#run---mount), so no layer of the image holds a wheel.
 ARG PYTHON_IMAGE=python:3.11-slim
 
-# -- build: every dependency as the wheels requirements.lock pins (hashes checked), then the project's own wheel
-#    (compilers only here: mypyc compiles the core and the rules, setup.py) -------------------------------------
+# -- build: the build requirements as requirements-build.lock pins them (hashes checked), every dependency as the
+#    wheels requirements.lock pins (hashes checked), then the project's own wheel, built with those build
+#    requirements and nothing resolved anew (compilers only here: mypyc compiles the core and the rules, setup.py) --
 FROM ${PYTHON_IMAGE} AS build
-ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PIP_ROOT_USER_ACTION=ignore
 RUN apt-get update \
  && apt-get install -y --no-install-recommends build-essential \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY requirements.lock pyproject.toml setup.py README.md ./
-COPY webhook ./webhook
+COPY requirements.lock requirements-build.lock pyproject.toml setup.py README.md ./
+RUN pip install --require-hashes --only-binary=:all: -r requirements-build.lock
 RUN pip wheel --require-hashes --only-binary=:all: --wheel-dir /wheels -r requirements.lock \
  && cp requirements.lock /wheels/
-RUN pip wheel --no-deps --wheel-dir /wheels .
+COPY webhook ./webhook
+RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 
-# -- runtime: wheels only, no compilers, no pip cache, a non-root user ---------------------------
+# -- runtime: wheels only, no compilers, no pip cache, no wheel left in a layer, a non-root user -----------------
 FROM ${PYTHON_IMAGE} AS runtime
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
+    PIP_ROOT_USER_ACTION=ignore
 RUN groupadd --system --gid 10001 colocation \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin colocation
-COPY --from=build /wheels /wheels
-# The locked versions (their hashes checked again), then the project alone: nothing is resolved anew here.
-RUN pip install --no-index --find-links=/wheels --require-hashes -r /wheels/requirements.lock \
- && pip install --no-index --no-deps /wheels/colocation_webhook-*.whl \
- && rm -rf /wheels
+# The locked versions (their hashes checked again), then the project alone: nothing is resolved anew here. The
+# build stage's /wheels is mounted for this step only (read-only), never copied into a layer.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-index --find-links=/wheels --require-hashes -r /wheels/requirements.lock \
+ && pip install --no-index --no-deps /wheels/colocation_webhook-*.whl
 # The manifests run with runAsUser 10001 and a read-only root filesystem; nothing is written at run time.
 USER 10001:10001
 WORKDIR /tmp

@@ -15,6 +15,10 @@ cel-python has none of the Kubernetes CEL libraries, so the functions the polici
 - lists (library/lists.go): ``indexOf``, ``lastIndexOf``;
 - strings (cel-go ext strings, in the apiserver's base environment): ``join``, ``split``, ``indexOf`` on strings.
 A call of any other extension function fails here as an unknown function, so a policy using one is noticed.
+
+cel-python does not type-check either, so ``Policy`` first compiles the policy with ``tests/cel_check.py`` (the
+apiserver's environment and type checker) and refuses one the apiserver would not store: no evaluation passes on
+a policy a real apiserver refuses (``quantity(x).sign()`` did: ``sign`` is a global).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import celpy
 from celpy import celtypes
 
+from tests.cel_check import require_clean
 from webhook.core.quantity import QuantityError, parse_quantity
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
@@ -232,6 +237,7 @@ class Policy:
     """A ValidatingAdmissionPolicy and a binding, compiled once."""
 
     def __init__(self, policy: dict[str, Any], binding: dict[str, Any] | None = None) -> None:
+        require_clean(policy)  # what the apiserver would refuse to store is never evaluated (tests/cel_check.py)
         self.env = celpy.Environment()
         spec = policy["spec"]
         self.spec, self.binding = spec, (binding or {}).get("spec", {})
@@ -266,7 +272,12 @@ class Policy:
             return ADMITTED
         activation: dict[str, Any] = {"request": celpy.json_to_cel(request),
                                       "object": celpy.json_to_cel(request.get("object")),
-                                      "oldObject": celpy.json_to_cel(request.get("oldObject"))}
+                                      "oldObject": celpy.json_to_cel(request.get("oldObject")),
+                                      # The request's Namespace as the apiserver's informer holds it (name, labels).
+                                      "namespaceObject": celpy.json_to_cel({"metadata": {
+                                          "name": request.get("namespace", ""),
+                                          "labels": {"kubernetes.io/metadata.name": request.get("namespace", ""),
+                                                     **(namespace_labels or {})}}})}
         try:
             if not all(bool(m.evaluate(activation)) for m in self.match):
                 return ADMITTED

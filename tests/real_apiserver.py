@@ -25,7 +25,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,6 +57,16 @@ class Cluster:
         if check and done.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
         return done
+
+
+def wait_until(what: str, ready: Callable[[], bool], seconds: float = 60) -> None:
+    """Poll ``ready`` until it holds: the apiserver acts on a new or deleted policy binding only once its informer
+    has it."""
+    deadline = time.monotonic() + seconds
+    while not ready():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the apiserver did not act on {what} within {seconds:.0f} s")
+        time.sleep(0.25)
 
 
 def skip_reason() -> str | None:

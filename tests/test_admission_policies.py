@@ -55,21 +55,25 @@ def policy() -> Policy:
 
 # -- one source ----------------------------------------------------------------------------------------------------
 def test_the_committed_manifest_is_what_the_generator_renders() -> None:
-    assert MANIFEST.read_text() == policies.render(), "run: colocation-webhook policies > " + str(
+    assert MANIFEST.read_text() == policies.render(), "run: python -m webhook.admission.policies > " + str(
         MANIFEST.relative_to(ROOT))
 
 
 @pytest.mark.parametrize("output", ["yaml", "json"])
 def test_the_policies_command_prints_the_component(output: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The invariants, then the band policy: what the component's two files hold."""
     argv = ["policies"] + (["-o", output] if output == "json" else [])
     assert webhook_cli.main(argv) == 0
     out = capsys.readouterr().out
+    component = [d for f in ("pod-invariants.yaml", "band-conversion.yaml")
+                 for d in yaml.safe_load_all((COMPONENT / f).read_text()) if d]
     if output == "yaml":
-        assert out == MANIFEST.read_text()
+        assert out.startswith(MANIFEST.read_text())
+        assert [d for d in yaml.safe_load_all(out) if d] == component
     else:
         listed = json.loads(out)
         assert (listed["apiVersion"], listed["kind"]) == ("v1", "List")
-        assert listed["items"] == [d for d in yaml.safe_load_all(MANIFEST.read_text()) if d]
+        assert listed["items"] == component
 
 
 def test_the_binding_covers_what_the_validating_webhook_covers() -> None:
@@ -201,7 +205,11 @@ def test_the_component_renders_and_is_valid_kubernetes() -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
     out = subprocess.run([KUBECTL, "kustomize", str(COMPONENT)], capture_output=True, text=True, check=True).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
-    assert [d["kind"] for d in docs] == ["ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"]
+    assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [
+        ("ValidatingAdmissionPolicy", "colocation-band-conversion"),
+        ("ValidatingAdmissionPolicy", "colocation-pod-invariants"),
+        ("ValidatingAdmissionPolicyBinding", "colocation-band-conversion"),
+        ("ValidatingAdmissionPolicyBinding", "colocation-pod-invariants")]
     for d in docs:
         kubernetes_validate.validate(d, kubernetes_validate.utils.latest_version(), strict=True)
 

@@ -30,3 +30,20 @@ def test_an_in_process_benchmark_runs(script: str, args: list[str], printed: str
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     assert printed in done.stdout, done.stdout[-2000:]
+
+
+@pytest.mark.parametrize(("script", "args", "printed"), [
+    ("apiserver_evictions.py", ["--sizes", "1,3", "--requests", "3", "--cycles", "1", "--variants", "default,opt-in"],
+     "added per pod of the namespace"),
+    ("apiserver_pod_create.py", ["--requests", "3", "--cycles", "1", "--profiles", "2"], "profiles-2"),
+])
+def test_a_real_apiserver_benchmark_runs_or_says_why_not(script: str, args: list[str], printed: str) -> None:
+    """With a real apiserver configured (tests/real_apiserver.py), tiny sizes run; without one, the script says
+    so and exits 0."""
+    from tests import real_apiserver
+
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=110)
+    assert done.returncode == 0, done.stderr[-2000:]
+    reason = real_apiserver.skip_reason()
+    assert (f"skipped: {reason}" if reason else printed) in done.stdout, done.stdout[-2000:]

@@ -44,7 +44,7 @@ BAD_FILES: dict[str, bytes | None] = {
 }
 # Where a folder is read: none there, a file, or a folder holding one bad file. (Another kind in a state folder
 # is no error: the folder holds what one would `kubectl apply`, and the state keeps the kinds it reads.)
-BAD_FOLDERS = ("missing", "a file", "binary", "Latin-1", "YAML list")
+BAD_FOLDERS = ("missing", "a file", "binary", "Latin-1", "YAML list", "a symlink to nothing")
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def _port() -> str:
 # Every place a subcommand reads what a user names. serve and run must fail before serving: each case gives them
 # a free port and nothing else they could start on.
 W, A = "colocation-webhook", "colocation-agent"
-FILES = (*BAD_FILES, "directory")
+FILES = (*BAD_FILES, "directory", "a symlink to nothing")
 CASES = {
     "review FILE": Case(W, lambda p: ["review", p], FILES),
     "review --old": Case(W, lambda p: ["review", POD, "--old", p], FILES),
@@ -124,6 +124,10 @@ def _bad_input(tmp: Path, kind: str, folder: bool) -> str:
             return str(tmp / "a-file.yaml")
         d = tmp / "state"
         d.mkdir()
+        if kind == "a symlink to nothing":  # in a sub-folder: every part of the folder is read
+            (d / "sub").mkdir()
+            (d / "sub" / "bad.yaml").symlink_to(tmp / "gone.yaml")
+            return str(d)
         data = BAD_FILES[kind]
         assert data is not None
         (d / "bad.yaml").write_bytes(data)
@@ -131,6 +135,9 @@ def _bad_input(tmp: Path, kind: str, folder: bool) -> str:
     if kind == "directory":
         (tmp / "a-folder").mkdir()
         return str(tmp / "a-folder")
+    if kind == "a symlink to nothing":
+        (tmp / "input.yaml").symlink_to(tmp / "gone.yaml")
+        return str(tmp / "input.yaml")
     data = BAD_FILES[kind]
     if data is not None:
         (tmp / "input.yaml").write_bytes(data)

@@ -12,12 +12,26 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from tests.builds import BUILD_TIMEOUT, copy_context, env
-from webhook.compiled import BUILD_NOTE, COMPILED_MODULES, compiler_missing, is_compiled, module_path, stale_modules
+from webhook.compiled import (
+    BUILD_NOTE,
+    COMPILED_MODULES,
+    compiler_missing,
+    is_compiled,
+    module_path,
+    read_record,
+    record_name,
+    source_hash,
+    source_hashes,
+    stale_modules,
+    unrecorded_build,
+    write_record,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 REVIEWS = sorted([*(ROOT / "tests" / "fixtures" / "admission").glob("v1*.json"),
@@ -113,6 +127,87 @@ def test_a_compiled_tree_runs_compiled_and_says_so(compiled_tree: Path) -> None:
     assert run.stdout.splitlines()[1] == "rules: compiled with mypyc"
     review = _cli(compiled_tree, "review", str(POD), "-o", "patch")
     assert review.returncode == 0 and '"kubernetes.io/batch-cpu": "500"' in review.stdout, review.stderr
+    # The build recorded the hash of every source it compiled, beside its extensions (setup.py).
+    record = read_record(compiled_tree / "webhook", SUFFIX)
+    assert record == {module_path(m): source_hash(compiled_tree / module_path(m)) for m in COMPILED_MODULES}
+
+
+def _git(tree: Path, *args: str) -> None:
+    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@example.com", *args], cwd=tree, check=True,
+                   capture_output=True, timeout=60)
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT * 5 // 4)
+def test_touch_and_git_checkout_keep_the_compiled_build(compiled_tree: Path, tmp_path: Path) -> None:
+    """What moves a source's time and not its code leaves the tree compiled: ``touch`` of every compiled module's
+    source, and ``git checkout`` of one edited and given back."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    tree = tmp_path / "tree"
+    shutil.copytree(_compiled(compiled_tree), tree, symlinks=True)
+    _git(tree, "init", "-q")
+    _git(tree, "add", "-A")
+    _git(tree, "commit", "-q", "-m", "built")
+    later = time.time() + 3600
+    for module in COMPILED_MODULES:
+        os.utime(tree / module_path(module), (later, later))  # touch, an hour ahead of the build
+    source = tree / "webhook" / "core" / "quantity.py"
+    source.write_text(source.read_text().replace(EDIT[0], EDIT[1]))
+    assert stale_modules(tree / "webhook") == ["webhook/core/quantity.py"]
+    _git(tree, "checkout", "--", "webhook/core/quantity.py")  # the edit given back: a new file time, the old code
+    assert stale_modules(tree / "webhook") == []
+    run = _cli(tree, "--version")
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert run.stdout.splitlines()[1] == "rules: compiled with mypyc"
+
+
+def _setup(tree: Path, *args: str, **environ: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "setup.py", "-q", *args], cwd=tree, env={**env(), **environ},
+                          capture_output=True, text=True, timeout=120)
+
+
+def _built(tree: Path) -> list[str]:
+    """The tree's compiled build: extensions (any Python's) and records."""
+    return sorted(str(p.relative_to(tree)) for p in [*tree.rglob("*.so"), *tree.rglob("compiled-sources.*.json")])
+
+
+@pytest.mark.timeout(BUILD_TIMEOUT * 5 // 4)
+def test_a_build_for_another_environment_keeps_the_trees_compiled_modules(compiled_tree: Path,
+                                                                          tmp_path: Path) -> None:
+    """A wheel built from the tree, and a build in place without a compiler (another venv, another Python), leave
+    the tree's compiled modules as they are: their record says whether they are current. Only a build in place
+    that asks for plain Python removes this Python's, and no other Python's."""
+    tree = tmp_path / "tree"
+    shutil.copytree(_compiled(compiled_tree), tree, symlinks=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, tree / name)
+    other = ".cpython-399-x86_64-linux-gnu.so"  # another Python's build, beside this one's
+    (tree / "webhook" / "core" / f"quantity{other}").write_bytes(b"")
+    (tree / f"webhook_compiled__mypyc{other}").write_bytes(b"")
+    write_record(tree / "webhook", other, {})
+    before = _built(tree)
+    assert {f"webhook/core/quantity{SUFFIX}", f"webhook_compiled__mypyc{SUFFIX}"} <= set(before), before
+
+    wheel = _setup(tree, "build", "--build-base", str(tmp_path / "build"), CC="/nonexistent/cc")
+    assert wheel.returncode == 0, wheel.stderr
+    assert "built as plain Python" in wheel.stderr
+    assert _built(tree) == before, "a plain wheel built from the tree leaves the tree's build"
+
+    elsewhere = _setup(tree, "build_ext", "--inplace", CC="/nonexistent/cc")
+    assert elsewhere.returncode == 0, elsewhere.stderr
+    assert (f"the compiled modules already in the tree for this Python stay: they run while their sources are the "
+            f"ones webhook/{record_name(SUFFIX)} records") in elsewhere.stderr
+    assert _built(tree) == before, "a build in place without a compiler leaves the tree's build"
+    assert _cli(tree, "--version").stdout.splitlines()[1] == "rules: compiled with mypyc"
+
+    plain = _setup(tree, "build_ext", "--inplace", COLOCATION_WEBHOOK_COMPILE="0")
+    assert plain.returncode == 0, plain.stderr
+    assert (f"removed this Python's compiled build from the tree ({len(COMPILED_MODULES) + 2} files)"
+            in plain.stderr)
+    assert _built(tree) == sorted(["webhook/core/quantity" + other, "webhook_compiled__mypyc" + other,
+                                   "webhook/" + record_name(other)]), "another Python's build stays"
+    assert _cli(tree, "--version").stdout.splitlines()[1].startswith("rules: plain Python (this source tree holds "
+                                                                      "no compiled build")
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT * 5 // 4)
@@ -159,8 +254,12 @@ def test_one_module_from_its_source_is_not_enough(compiled_tree: Path, tmp_path:
     assert run.stdout.split() == ["507", "500"], "the module from its source is edited, its compiled caller is not"
 
 
+BUILT = "EDITED = False\n"  # the source as the build compiled it, in the trees below
+
+
 def _tree(tmp_path: Path, source_tree: bool) -> Path:
-    """A package holding one (empty) compiled module and its source, the source edited after the build."""
+    """A package holding one (empty) compiled module, the record of the source its build compiled, and that source
+    edited since."""
     pkg = tmp_path / "webhook"
     (pkg / "core").mkdir(parents=True)
     for name in ("__init__.py", "compiled.py"):
@@ -168,8 +267,9 @@ def _tree(tmp_path: Path, source_tree: bool) -> Path:
     (pkg / "core" / "__init__.py").write_text("")
     source, built = pkg / "core" / "quantity.py", pkg / "core" / f"quantity{SUFFIX}"
     built.write_bytes(b"")
+    source.write_text(BUILT)
+    write_record(pkg, SUFFIX, source_hashes(tmp_path, ["webhook.core.quantity"]))
     source.write_text("EDITED = True\n")
-    os.utime(built, (1_000_000, 1_000_000))
     if source_tree:
         (tmp_path / "setup.py").write_text("")
     return pkg
@@ -178,12 +278,53 @@ def _tree(tmp_path: Path, source_tree: bool) -> Path:
 def test_a_source_tree_built_before_an_edit_is_stale(tmp_path: Path) -> None:
     pkg = _tree(tmp_path, source_tree=True)
     assert stale_modules(pkg) == ["webhook/core/quantity.py"]
-    os.utime(pkg / "core" / f"quantity{SUFFIX}")  # rebuilt: newer than its source
+    (pkg / "core" / "quantity.py").write_text(BUILT)  # the edit undone: the source is the one compiled again
     assert stale_modules(pkg) == []
 
 
+def test_file_times_do_not_make_a_source_stale(tmp_path: Path) -> None:
+    """``touch``, ``git checkout`` or a copy move a source's time, not its code: the build is current while the
+    content is the one it compiled, whatever the times say."""
+    pkg = _tree(tmp_path, source_tree=True)
+    source, built = pkg / "core" / "quantity.py", pkg / "core" / f"quantity{SUFFIX}"
+    source.write_text(BUILT)
+    os.utime(built, (1_000_000, 1_000_000))  # the extension far older than its source
+    assert stale_modules(pkg) == []
+    source.write_text("EDITED = True\n")
+    os.utime(source, (1_000, 1_000))  # an edited source far older than the extension
+    assert stale_modules(pkg) == ["webhook/core/quantity.py"]
+
+
+def test_a_build_without_a_record_is_stale_and_says_so(tmp_path: Path) -> None:
+    """Compiled modules whose build recorded nothing (an older setup.py, a build that failed part way) cannot be
+    vouched for: they run from their sources, and the warning says why, not that a file changed."""
+    pkg = _tree(tmp_path, source_tree=True)
+    (pkg / record_name(SUFFIX)).unlink()
+    (pkg / "core" / "quantity.py").write_text(BUILT)
+    assert stale_modules(pkg) == ["webhook/core/quantity.py"]
+    assert unrecorded_build(pkg) == f"webhook/{record_name(SUFFIX)}"
+    run = subprocess.run([sys.executable, "-c", "import webhook, webhook.core.quantity as q; print(q.EDITED)"],
+                         cwd=tmp_path, env={**env(), "PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0 and run.stdout == "False\n", run.stderr
+    assert run.stderr == (f"colocation-webhook: the compiled build has no record of the sources it compiled "
+                          f"(webhook/{record_name(SUFFIX)}): the rules run as plain Python (about 1.6 times slower) "
+                          "until `pip install -e .` compiles them again\n")
+
+
+def test_each_pythons_build_has_its_own_record(tmp_path: Path) -> None:
+    """Another Python's build in the same tree (another extension suffix) records its sources apart: it neither
+    vouches for this Python's extensions nor overwrites their record."""
+    pkg = _tree(tmp_path, source_tree=True)
+    other = ".cpython-399-x86_64-linux-gnu.so"
+    assert record_name(SUFFIX) != record_name(other)
+    write_record(pkg, other, source_hashes(tmp_path, ["webhook.core.quantity"]))  # built from the edited source
+    assert stale_modules(pkg) == ["webhook/core/quantity.py"], "this Python's extension is still the old build"
+    assert read_record(pkg, other) == {"webhook/core/quantity.py": source_hash(pkg / "core" / "quantity.py")}
+
+
 def test_an_installed_package_is_never_stale(tmp_path: Path) -> None:
-    # An installer writes a wheel's files in any order: no setup.py beside the package, no check.
+    # An installed package is the wheel it came from: no setup.py beside the package, no check.
     assert stale_modules(_tree(tmp_path, source_tree=False)) == []
 
 

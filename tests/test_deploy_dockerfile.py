@@ -66,6 +66,18 @@ def parse(text: str) -> tuple[dict[str, str], list[Stage]]:
     return args, stages
 
 
+def run_options(run: str) -> tuple[list[dict[str, str]], str]:
+    """A RUN's mounts (``--mount=type=bind,from=build,...``, BuildKit's) and its command."""
+    mounts: list[dict[str, str]] = []
+    while run.startswith("--"):
+        option, _, run = run.partition(" ")
+        run = run.lstrip()
+        name, _, value = option[2:].partition("=")
+        assert name == "mount", f"a RUN option this test does not know: {option}"
+        mounts.append(dict(kv.partition("=")[::2] for kv in value.split(",")))
+    return mounts, run
+
+
 @pytest.fixture(scope="module")
 def stages() -> list[Stage]:
     return parse((ROOT / "Dockerfile").read_text())[1]
@@ -79,6 +91,8 @@ def test_parser_handles_continuations() -> None:
     _, st = parse("ARG B=x:1\nFROM ${B} AS one\nRUN a \\\n  && b\n# c\nFROM one\nUSER 1\n")
     assert [(s.base, s.name) for s in st] == [("x:1", "one"), ("one", "1")]
     assert st[0].all("RUN") == ["a    && b"]
+    assert run_options("--mount=type=bind,from=one,source=/w,target=/w  a && b") == (
+        [{"type": "bind", "from": "one", "source": "/w", "target": "/w"}], "a && b")
 
 
 def test_multi_stage_on_python_311_slim(stages: list[Stage]) -> None:
@@ -86,10 +100,23 @@ def test_multi_stage_on_python_311_slim(stages: list[Stage]) -> None:
     assert all(s.base == "python:3.11-slim" for s in stages)
     build, final = stages[0], stages[-1]
     assert any("pip wheel" in r for r in build.all("RUN")), "wheels are built in the first stage"
-    # The runtime stage takes only the wheels from the build stage, and installs from them alone.
-    copies = final.all("COPY")
-    assert copies and all(c.startswith(f"--from={build.name} ") for c in copies)
-    assert any("pip install --no-index" in r for r in final.all("RUN"))
+    # The runtime stage installs from the build stage's wheels alone.
+    assert any(run_options(r)[1].startswith("pip install --no-index") for r in final.all("RUN"))
+
+
+def test_no_wheel_is_left_in_a_layer(stages: list[Stage]) -> None:
+    """The runtime stage copies nothing from the build stage: its install step mounts the wheels (read-only, for that
+    step alone), so no layer of the image holds them, not even one a later ``rm`` hides."""
+    build, final = stages[0], stages[-1]
+    for op in ("COPY", "ADD"):
+        for copy in final.all(op):
+            assert f"--from={build.name}" not in copy and "wheel" not in copy and ".whl" not in copy, copy
+    installs = [run_options(r) for r in final.all("RUN") if "pip install" in r]
+    assert installs, "the runtime stage installs"
+    for mounts, command in installs:
+        wheels = [m for m in mounts if m.get("target") == "/wheels"]
+        assert wheels == [{"type": "bind", "from": build.name, "source": "/wheels", "target": "/wheels"}], mounts
+        assert "rm " not in command, "nothing to remove: the wheels were never in the layer"
 
 
 def test_no_compilers_in_the_final_image(stages: list[Stage]) -> None:
@@ -146,16 +173,30 @@ def test_the_image_installs_the_locked_versions_then_the_project(stages: list[St
     """Dependencies come from requirements.lock alone, every file's hash checked, in both stages; the project's
     wheel is built and installed without resolving anything (tests/test_lock.py: the lock and pyproject agree)."""
     build, final = stages[0], stages[-1]
-    steps = [shlex.split(part) for run in build.all("RUN") for part in run.split("&&")]
+    steps = [shlex.split(part) for run in build.all("RUN") for part in run_options(run)[1].split("&&")]
     assert ["pip", "wheel", "--require-hashes", "--only-binary=:all:", "--wheel-dir", "/wheels", "-r",
             "requirements.lock"] in steps, "the build stage fetches the locked wheels, hashes checked"
     assert list(WHEEL_STEP) in steps, "then builds the project's wheel alone (tests/builds.py runs that step)"
     assert any("requirements.lock" in shlex.split(c)[:-1] for c in build.all("COPY"))
-    (install,) = [r for r in final.all("RUN") if "pip install" in r]
+    (install,) = [run_options(r)[1] for r in final.all("RUN") if "pip install" in r]
     first, second = (shlex.split(p) for p in install.split("&&")[:2])
     assert first == ["pip", "install", "--no-index", "--find-links=/wheels", "--require-hashes", "-r",
                      "/wheels/requirements.lock"]
     assert second == ["pip", "install", "--no-index", "--no-deps", "/wheels/colocation_webhook-*.whl"]
+
+
+def test_the_build_requirements_are_locked_too(stages: list[Stage]) -> None:
+    """What builds the project's wheel (setuptools, mypy and what mypyc compiles against: pyproject's
+    [build-system] requires) is installed from requirements-build.lock, every file's hash checked, before the
+    wheel is built with it and nothing else: no isolated build environment resolving the newest versions anew."""
+    build = stages[0]
+    steps = [shlex.split(part) for run in build.all("RUN") for part in run_options(run)[1].split("&&")]
+    locked = ["pip", "install", "--require-hashes", "--only-binary=:all:", "-r", "requirements-build.lock"]
+    assert locked in steps, "the build stage installs the locked build requirements, hashes checked"
+    assert any("requirements-build.lock" in shlex.split(c)[:-1] for c in build.all("COPY"))
+    assert steps.index(locked) < steps.index(list(WHEEL_STEP)), "installed before the wheel is built"
+    builds = [s for s in steps if s[:2] in (["pip", "wheel"], ["pip", "install"]) and "." in s]
+    assert builds == [list(WHEEL_STEP)] and "--no-build-isolation" in WHEEL_STEP, builds
 
 
 @pytest.mark.timeout(BUILD_TIMEOUT * 5 // 4)  # the first test to ask for the wheel waits for its build
@@ -171,7 +212,8 @@ def test_install_steps_in_a_fresh_venv(stages: list[Stage], project_wheel: Path,
             assert _dockerignore_allows(s), f".dockerignore excludes {s}, which COPY needs"
             assert (ROOT / s).exists(), f"COPY source {s} is missing from the checkout"
             copied.add(s.rstrip("/"))
-    assert copied == {"requirements.lock", *CONTEXT}, "the build stage copies what tests/builds.py builds from"
+    assert copied == {"requirements.lock", "requirements-build.lock", *CONTEXT}, \
+        "the build stage copies the locks and what tests/builds.py builds from"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
 
     fresh = tmp_path / "venv"

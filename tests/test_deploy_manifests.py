@@ -97,7 +97,8 @@ def cert_manager() -> list[Obj]:
     return _kustomize(MANIFESTS / "overlays" / "cert-manager")
 
 
-COMPONENTS = ("monitoring", "network-policy", "agent-node-policy", "audit", "admission-policies")   # manifests/components/<name>, optional
+COMPONENTS = ("monitoring", "network-policy", "agent-node-policy", "agent-eviction-node-policy", "audit",
+              "admission-policies")   # manifests/components/<name>, optional
 PROMETHEUS_OPERATOR_KINDS = {"PodMonitor", "PrometheusRule"}
 
 
@@ -178,6 +179,7 @@ def test_the_optional_components_are_valid_kubernetes(components: dict[str, list
             assert obj["apiVersion"] == "monitoring.coreos.com/v1"
     assert _validate_all(components["network-policy"]) == []
     assert _validate_all(components["agent-node-policy"]) == []
+    assert _validate_all(components["agent-eviction-node-policy"]) == []
     assert _validate_all(components["admission-policies"]) == []
 
 

@@ -179,9 +179,7 @@ def test_review_explain_shows_profiles_rules_and_patch(tmp_path: Path, state_dir
 def test_review_explain_shows_selector_and_probability_misses(tmp_path: Path, state_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
     (state_dir / "more.yaml").write_text(yaml.safe_dump_all([
         {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
-         "metadata": {"name": "never"}, "spec": {"probability": 0}},
-        {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
-         "metadata": {"name": "bad"}, "spec": {"selector": {"matchExpressions": [{"key": "a", "operator": "Is"}]}}}]))
+         "metadata": {"name": "never"}, "spec": {"probability": 0}}]))
     pod = _pod_file(tmp_path, "v1-mutate-create-koord-batch-init-containers.json")
     # no profile matches; converted to batch resources, so labelled BE, which Koordinator's rule needs
     assert main(["review", str(pod), "--cluster-state", str(state_dir), "--explain"]) == 0
@@ -191,8 +189,19 @@ def test_review_explain_shows_selector_and_probability_misses(tmp_path: Path, st
     assert "profile colocation-profile-example: no match: selector koordinator.sh/enable-colocation=true " \
            "does not match pod labels {app=batch-init}" in err
     assert "profile never: no match:" in err and "probability 0%: draw" in err
-    assert "profile bad: no match: ignored, the profile is invalid: selector.matchExpressions[0].operator" in err
-    assert "Warning: colocation profile bad ignored" in err
+
+
+def test_review_explain_says_an_invalid_profile_is_ignored(capsys) -> None:  # type: ignore[no-untyped-def]
+    """A profile the webhook cannot apply reaches it only from a cluster (a files state refuses it at load,
+    tests/test_state_validation.py): it is ignored, and --explain and a warning say why."""
+    from tests.mutating import make_state, mutate, pod, profile
+
+    state = make_state(profile("bad", selector={"matchExpressions": [{"key": "a", "operator": "Is"}]}))
+    explain: list[str] = []
+    decision, _ = mutate(pod("p", "colo-demo"), state, explain)
+    assert any("profile bad: no match: ignored, the profile is invalid: selector.matchExpressions[0].operator" in line
+               for line in explain), explain
+    assert any(w.startswith("colocation profile bad ignored") for w in decision.warnings)
 
 
 def test_review_output_patch_prints_empty_list_when_nothing_changes(tmp_path: Path, state_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]

@@ -161,8 +161,9 @@ def test_the_policies_command_renders_the_profile_policies(tmp_path: Path, capsy
     out, err = capsys.readouterr()
     docs = [d for d in yaml.safe_load_all(out) if d]
     assert docs[:2] == [policies.policy(), policies.binding()]
-    assert docs[2:] == _rendered(m.make_state(EXAMPLE, m.profile("half", probability=50, qosClass="BE"))).objects
-    assert [d["metadata"]["name"] for d in docs[2:]] == ["colocation-profile-colocation-profile-example"] * 2
+    assert docs[2:4] == profile_policies.band_policy([])
+    assert docs[4:] == _rendered(m.make_state(EXAMPLE, m.profile("half", probability=50, qosClass="BE"))).objects
+    assert [d["metadata"]["name"] for d in docs[4:]] == ["colocation-profile-colocation-profile-example"] * 2
     assert "note: half: no policy: probability 50%" in err
     assert webhook_cli.main(["policies", "--cluster-state", str(state_dir), "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["items"] == docs
@@ -189,9 +190,11 @@ def test_check_lists_missing_stale_and_left_over_policies(tmp_path: Path,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
     other = m.profile("by-label", selector={"matchLabels": {"tier": "batch"}}, qosClass="BE",
                       priorityClassName="koord-batch")
-    applied = _rendered(m.make_state(EXAMPLE, other)).objects
+    applied = [policies.policy(), policies.binding(), *profile_policies.band_policy([]),
+               *_rendered(m.make_state(EXAMPLE, other)).objects]
     code, out = _check(tmp_path, _state_dir(tmp_path, EXAMPLE, other), applied, capsys)
-    assert (code, out) == (0, "the applied profile policies are up to date (2 profile(s))\n")
+    assert (code, out) == (0, "the applied policies are up to date (the pod invariants, the band conversion and "
+                              "2 profile(s))\n")
     # The example now selects another label, by-label is gone, and a new profile was never applied.
     changed = copy.deepcopy(EXAMPLE)
     changed["spec"]["selector"] = {"matchLabels": {"colocate": "yes"}}
@@ -199,10 +202,12 @@ def test_check_lists_missing_stale_and_left_over_policies(tmp_path: Path,
     code, out = _check(tmp_path, _state_dir(tmp_path, changed, new), applied, capsys)
     assert code == 1
     lines = out.splitlines()
-    assert len(lines) == 6, out
+    assert len(lines) == 5, out  # the example's policy is what it was: only its binding is stale
     name = "colocation-profile-colocation-profile-example"
-    assert any(ln.startswith(f"ValidatingAdmissionPolicyBinding/{name}: profile colocation-profile-example: stale")
-               for ln in lines), out
+    assert f"ValidatingAdmissionPolicyBinding/{name}: profile colocation-profile-example: stale: " \
+           "spec.matchResources.objectSelector.matchLabels.colocate: missing; " \
+           "spec.matchResources.objectSelector.matchLabels.koordinator.sh/enable-colocation: not rendered (edited in the cluster, or the " \
+           "cluster state changed since it was applied)" in lines, out
     assert "ValidatingAdmissionPolicy/colocation-profile-by-label: profile by-label: gone or no longer rendered: " \
            "delete it" in lines
     assert "ValidatingAdmissionPolicy/colocation-profile-new-one: profile new-one: not applied" in lines
@@ -254,3 +259,135 @@ def test_a_pod_the_webhook_could_not_apply_the_profile_to_is_refused_as_document
     assert decision.allowed and converted == pod and "colocation profile suffixed not applied" in decision.warnings[0]
     assert _judge(_policy(_rendered(state).objects, "suffixed"), state, converted).message == \
         profile_policies.message("suffixed")
+
+
+def _applied_as_the_apiserver_stores(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What ``kubectl get -o yaml`` gives back: metadata the apiserver adds and the fields it defaults."""
+    out = copy.deepcopy(objects)
+    for o in out:
+        o["metadata"].update(uid="0d3e", resourceVersion="42", generation=1, creationTimestamp="2026-11-28T12:00:00Z")
+        spec = o["spec"]
+        if o["kind"] == "ValidatingAdmissionPolicy":
+            spec["matchConstraints"].update(namespaceSelector={}, objectSelector={})
+        else:
+            spec["matchResources"].setdefault("objectSelector", {})
+            spec["matchResources"].setdefault("matchPolicy", "Equivalent")
+            spec["matchResources"].setdefault("namespaceSelector", {})
+    return out
+
+
+def test_check_compares_field_by_field_not_the_digest(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A policy edited in the cluster keeps its digest annotation: --check still names the field."""
+    state_dir = _state_dir(tmp_path, EXAMPLE)
+    applied = _applied_as_the_apiserver_stores([policies.policy(), policies.binding(),
+                                                *profile_policies.band_policy([]),
+                                                *_rendered(m.make_state(EXAMPLE)).objects])
+    code, out = _check(tmp_path, state_dir, applied, capsys)
+    assert code == 0, out
+    edited = copy.deepcopy(applied)
+    (pol,) = [o for o in edited if o["metadata"]["name"] == "colocation-profile-colocation-profile-example"
+              and o["kind"] == "ValidatingAdmissionPolicy"]
+    pol["spec"]["validations"][0]["expression"] = "true"
+    (band,) = [o for o in edited if o["metadata"]["name"] == profile_policies.BAND_POLICY_NAME
+               and o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    band["spec"]["validationActions"] = ["Warn"]
+    code, out = _check(tmp_path, state_dir, edited, capsys)
+    assert code == 1
+    assert out.splitlines() == [
+        "ValidatingAdmissionPolicyBinding/colocation-band-conversion: stale: spec.validationActions[0]: differs "
+        "(edited in the cluster, or the cluster state changed since it was applied)",
+        "ValidatingAdmissionPolicy/colocation-profile-colocation-profile-example: profile colocation-profile-example: "
+        "stale: spec.validations[0].expression: differs (edited in the cluster, or the cluster state changed since "
+        "it was applied)"]
+    missing = [o for o in applied if o["metadata"]["name"] != policies.POLICY_NAME]
+    code, out = _check(tmp_path, state_dir, missing, capsys)
+    assert (code, out.splitlines()) == (1, [f"ValidatingAdmissionPolicy/{policies.POLICY_NAME}: not applied",
+                                            f"ValidatingAdmissionPolicyBinding/{policies.POLICY_NAME}: not applied"])
+
+
+# -- the band conversion: pods of koord-batch and koord-mid without a profile --------------------------------------
+MID = {"kubernetes.io/mid-cpu": "500", "kubernetes.io/mid-memory": "256Mi"}
+BAND_CASES: list[tuple[str, dict[str, Any]]] = [
+    ("koord-batch", m.pod(requests=CPU, limits=CPU, priorityClassName="koord-batch", priority=5000)),
+    ("koord-batch, BE stated", m.pod(labels={QOS: "BE"}, requests=CPU, priorityClassName="koord-batch",
+                                     priority=5000)),
+    ("koord-mid", m.pod(requests=CPU, limits=CPU, priorityClassName="koord-mid", priority=7000)),
+    ("a limit without a request", m.pod(limits={"cpu": "1"}, priorityClassName="koord-batch", priority=5000)),
+    ("memory only", m.pod(requests={"memory": "1Gi"}, priorityClassName="koord-batch", priority=5000)),
+    ("an init container", m.pod(priorityClassName="koord-batch", priority=5000, initContainers=[
+        {"name": "init", "image": "busybox", "resources": {"requests": CPU}}])),
+    ("the pod level", m.pod(requests={"cpu": "500m"}, priorityClassName="koord-batch", priority=5000,
+                            resources={"requests": {"cpu": "500m"}})),
+]
+
+
+def _band_judge(pod: dict[str, Any], objects: list[dict[str, Any]] | None = None,
+                labels: dict[str, str] | None = None) -> Any:
+    (pol,) = [o for o in objects or profile_policies.band_policy([]) if o["kind"] == "ValidatingAdmissionPolicy"]
+    (bind,) = [o for o in objects or profile_policies.band_policy([])
+               if o["kind"] == "ValidatingAdmissionPolicyBinding"]
+    ns = pod["metadata"]["namespace"]
+    request = {"operation": "CREATE", "namespace": ns, "resource": {"group": "", "version": "v1", "resource": "pods"},
+               "object": pod, "oldObject": None}
+    return Policy(pol, bind).evaluate(request, labels)
+
+
+@pytest.mark.parametrize(("name", "pod"), BAND_CASES, ids=[c[0] for c in BAND_CASES])
+def test_the_band_policy_refuses_a_band_pod_the_webhook_did_not_convert(name: str, pod: dict[str, Any]) -> None:
+    state = m.make_state()
+    decision, converted = m.mutate(copy.deepcopy(pod), state)
+    assert decision.allowed and converted is not None and converted != pod, "the webhook must convert it"
+    assert _band_judge(converted).allowed, "the pod the webhook converted is refused"
+    down = _band_judge(pod)
+    assert (down.matched, down.allowed, down.error) == (True, False, False)
+    band = "koord-mid" if pod["spec"]["priority"] == 7000 else "koord-batch"
+    names = ("mid-cpu and kubernetes.io/mid-memory" if band == "koord-mid"
+             else "batch-cpu and kubernetes.io/batch-memory")
+    assert down.message == (f"the colocation webhook did not run on this pod: its priority {pod['spec']['priority']} "
+                            f"is in the {band} band, whose pods ask for kubernetes.io/{names} in place of cpu and "
+                            "memory, and it still asks for cpu or memory; create it again once the webhook is back")
+
+
+@pytest.mark.parametrize(("name", "pod"), [
+    ("no band", m.pod(requests=CPU, limits=CPU)),
+    ("koord-prod", m.pod(requests=CPU, priorityClassName="koord-prod", priority=9000)),
+    ("koord-free", m.pod(requests=CPU, priorityClassName="koord-free", priority=3000)),
+    ("batch resources", m.pod(requests=BATCH, limits=BATCH, priorityClassName="koord-batch", priority=5000)),
+    ("mid resources", m.pod(requests=MID, priorityClassName="koord-mid", priority=7000)),
+    ("no resources", m.pod(priorityClassName="koord-batch", priority=5000)),
+    # The webhook leaves a container that already names the band's resources as written (the mix is the
+    # validating rules' business): so does the policy.
+    ("a container already asking for batch-cpu", m.pod(requests={"cpu": "1", "kubernetes.io/batch-cpu": "500"},
+                                                     priorityClassName="koord-batch", priority=5000)),
+], ids=lambda v: v if isinstance(v, str) else "")
+def test_the_band_policy_admits_what_the_webhook_leaves_alone(name: str, pod: dict[str, Any]) -> None:
+    _, converted = m.mutate(copy.deepcopy(pod), m.make_state())
+    for judged in (pod, converted):
+        if judged is not None:
+            assert _band_judge(judged).allowed, _band_judge(judged).message
+
+
+def test_the_rendered_band_policy_leaves_out_the_pods_of_profiles_that_skip_the_conversion() -> None:
+    skip = m.profile("keeps-cpu", meta_annotations=SKIP, namespaceSelector={"matchLabels": {"team": "spark"}},
+                     selector={"matchExpressions": [{"key": "app", "operator": "In", "values": ["spark"]},
+                                                    {"key": "canary", "operator": "DoesNotExist"}]})
+    rendered = _rendered(m.make_state(skip))
+    assert any(n.startswith("colocation-band-conversion: the pods profile(s) keeps-cpu match are left out")
+               for n in rendered.notes), rendered.notes
+    band = m.pod(ns="spark-jobs", labels={"app": "spark"}, requests=CPU, priorityClassName="koord-batch",
+                 priority=5000)
+    decision, converted = m.mutate(copy.deepcopy(band), m.make_state(skip, {
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "spark-jobs", "labels": {"team": "spark"}}}))
+    assert decision.allowed and converted == band, "the webhook leaves the skipped pod's cpu/memory"
+    assert _band_judge(band, rendered.band, {"team": "spark"}).allowed
+    assert not _band_judge(band, rendered.band, {"team": "web"}).allowed  # another namespace: not the profile's
+    canary = copy.deepcopy(band)
+    canary["metadata"]["labels"]["canary"] = "1"
+    assert not _band_judge(canary, rendered.band, {"team": "spark"}).allowed
+    assert not _band_judge(band, profile_policies.band_policy([]), {"team": "spark"}).allowed  # the shipped one
+
+
+def test_the_committed_band_policy_is_what_the_generator_renders() -> None:
+    path = Path(__file__).parent.parent / "manifests/components/admission-policies/band-conversion.yaml"
+    assert path.read_text() == profile_policies.render_band(), \
+        f"run: python -m webhook.admission.profile_policies > {path}"

@@ -260,7 +260,7 @@ def test_the_review_command_names_a_missing_resource(tmp_path: Path, capsys: pyt
 
 def test_the_review_command_says_null_is_no_object(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, said = _review_command(tmp_path, "null\n", capsys)
-    assert (code, said) == (2, f"colocation-webhook: FILE {tmp_path / 'input.json'}: holds null; expected one Pod or "
+    assert (code, said) == (2, f"colocation-webhook: {tmp_path / 'input.json'}: holds null; expected one Pod or "
                                "AdmissionReview object")
     code, said = _review_command(tmp_path, "", capsys)
     assert said.endswith("input.json: is empty; expected one Pod or AdmissionReview object")

@@ -3,7 +3,7 @@
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from webhook.compiled import bypass_stale, stale_warning
+from webhook.compiled import UNRECORDED, bypass_stale, stale_warning
 
 try:
     __version__ = version("colocation-webhook")
@@ -12,7 +12,8 @@ except PackageNotFoundError:  # run from a source tree that was never installed
 
 # A source tree built in place (pip install -e .) holds compiled modules beside their sources, and Python imports
 # the compiled one: after an edit it would run the code as it was at the build, silently. Before any of them is
-# imported, a tree with a stale one imports them all from their sources instead, and says so once.
+# imported, a tree where one's source is not what its build compiled (webhook/compiled.py compares hashes) imports
+# them all from their sources instead, and says so once.
 _stale = bypass_stale()
 if _stale:
-    print(stale_warning(_stale), file=sys.stderr)
+    print(stale_warning(_stale, UNRECORDED[0] if UNRECORDED else None), file=sys.stderr)

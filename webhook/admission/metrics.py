@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import GaugeMetricFamily, Metric, SummaryMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.gc_collector import GCCollector
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
@@ -195,12 +195,24 @@ class _StateCollector:
                                    labels=["kind"])
         objects = GaugeMetricFamily("colocation_webhook_cache_objects", "Objects held in the cache",
                                     labels=["kind"])
+        invalid = GaugeMetricFamily("colocation_webhook_cache_invalid_objects",
+                                    "Objects of the cluster left out of the cache (a profile: kept, never applied) "
+                                    "because the apiserver's checks or its schema refuse them", labels=["kind"])
         done = self.state.synced_kinds()
+        refused = self.state.invalid_counts()
         for kind, n in self.state.counts().items():
             synced.add_metric([kind], 1.0 if kind in done else 0.0)
             objects.add_metric([kind], float(n))
+            invalid.add_metric([kind], float(refused.get(kind, 0)))
         yield synced
         yield objects
+        yield invalid
+        yield GaugeMetricFamily("colocation_webhook_cluster_state_reload_failing",
+                                "1 while the last reload of --cluster-state failed: the last good state is served",
+                                value=1.0 if self.state.reload_error is not None else 0.0)
+        yield CounterMetricFamily("colocation_webhook_cluster_state_reload_failures",
+                                  "Reloads of --cluster-state that failed (each kept the last good state)",
+                                  value=float(self.state.failed_reloads))
         yield from cache_families(self.state, "colocation_webhook")
 
 

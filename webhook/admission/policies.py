@@ -171,29 +171,29 @@ def _names_batch(req: str, lim: str) -> str:
 
 def _asked(values: str, names: str) -> str:
     """The names of list variable ``names`` that map ``values`` asks for (above 0)."""
-    return f"variables.{names}.filter(n, n in {values} && quantity({values}[n]).sign() > 0)"
+    return f"variables.{names}.filter(n, n in {values} && sign(quantity({values}[n])) > 0)"
 
 
 def _effective_positive(names: str) -> str:
     """Whether the request of one of ``names`` (its limit when there is no request: API defaulting) is above 0."""
-    return (f"{names}.exists(n, n in m.requests ? quantity(m.requests[n]).sign() > 0 "
-            f": (n in m.limits && quantity(m.limits[n]).sign() > 0))")
+    return (f"{names}.exists(n, n in m.requests ? sign(quantity(m.requests[n])) > 0 "
+            f": (n in m.limits && sign(quantity(m.limits[n])) > 0))")
 
 
 def _problems(kind: str) -> str:
     """``batch_validation.unit_problems``' per-value texts for one map of owner ``m``, in BATCH_NAMES order."""
     values = f"m.{kind}"
-    bad = f"quantity({values}[n]).sign() < 0 || !{_whole(values + '[n]')}"
+    bad = f"sign(quantity({values}[n])) < 0 || !{_whole(values + '[n]')}"
     path = f"m.path + {lit(kind)}"
     text = (f"{path} + '[' + n + ']: Invalid value: ' + {_quoted(values + '[n]')} + ': ' + "
-            f"(quantity({values}[n]).sign() < 0 ? {lit(NEGATIVE)} : variables.wholeText[n])")
+            f"(sign(quantity({values}[n])) < 0 ? {lit(NEGATIVE)} : variables.wholeText[n])")
     return f"variables.batchNames.filter(n, n in {values} && ({bad})).map(n, {text})"
 
 
 def _over_limits() -> str:
     """The request-above-limit texts of owner ``m`` (only values that passed the checks)."""
     r, li = "m.requests[n]", "m.limits[n]"
-    ok = f"quantity({r}).sign() >= 0 && {_whole(r)} && quantity({li}).sign() >= 0 && {_whole(li)}"
+    ok = f"sign(quantity({r})) >= 0 && {_whole(r)} && sign(quantity({li})) >= 0 && {_whole(li)}"
     text = _invalid("m.path + 'requests'", r, f"'must be less than or equal to ' + n + ' limit of ' + {li}")
     return (f"variables.batchNames.filter(n, n in m.requests && n in m.limits && {ok} "
             f"&& quantity({r}).isGreaterThan(quantity({li}))).map(n, {text})")
@@ -303,8 +303,8 @@ def _koord(p: str) -> str:
     level = f"variables.{p}Maps.exists(m, m.field == {lit(POD_LEVEL)} && "
     cpu = lit(CPU)
     level_sets_cpu = f"{level}({cpu} in m.requests || {cpu} in m.limits))"
-    level_cpu = (f"{level}({cpu} in m.requests ? quantity(m.requests[{cpu}]).sign() > 0 "
-                 f": ({cpu} in m.limits && ({containers_cpu} || quantity(m.limits[{cpu}]).sign() > 0))))")
+    level_cpu = (f"{level}({cpu} in m.requests ? sign(quantity(m.requests[{cpu}])) > 0 "
+                 f": ({cpu} in m.limits && ({containers_cpu} || sign(quantity(m.limits[{cpu}])) > 0))))")
     cpu_requested = f"({level_sets_cpu} ? {level_cpu} : {containers_cpu}) || {overhead_cpu}"
     checks = [f"{owners}.exists(o, o.field != {lit(POD_LEVEL)} && o.batchRequested) && {qos} != 'BE' ? "
               f"{lit(required(f'labels.{QOS_LABEL}', NEEDS_BE))} : ''"]

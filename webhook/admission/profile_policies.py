@@ -18,6 +18,10 @@ accepts the QoS class and class any profile writes (its fields, labels or patch)
 profile skips the conversion. Not rendered, with a note: an invalid profile (it never applies), one with
 ``probability`` below 100 (a pod the draw passed over is rightly unconverted, and CEL cannot compute the draw), one
 that sets neither a QoS class nor a priority class (nothing the policy could check).
+
+The band policy (``band_policy``) does the same for the pods rule batch-resources converts without a profile: a pod
+whose priority is in the koord-batch or koord-mid band still asking for cpu/memory is refused; shipped without
+exceptions, rendered here with the pods of skip-update-resources profiles left out.
 """
 
 from __future__ import annotations
@@ -32,15 +36,20 @@ from webhook.admission.domain.batch_conversion import TARGETS
 from webhook.admission.domain.profiles import SKIP_UPDATE_RESOURCES, Profile, compile_profile
 from webhook.admission.policies import EXCLUDED_NAMESPACES, lit, lits
 from webhook.core.names import label_value, qualified_name
-from webhook.core.priority import band_of
+from webhook.core.priority import BANDS, band_of
 from webhook.core.qos import QOS_LABEL
 from webhook.core.resources import CPU, LEGACY_BATCH, MEMORY
 
-__all__ = ["COMPONENT", "DIGEST_ANNOTATION", "PROFILE_ANNOTATION", "Rendered", "Stale", "message", "render",
-           "stale"]
+__all__ = ["BAND_COMPONENT", "BAND_MESSAGE", "BAND_POLICY_NAME", "COMPONENT", "DIGEST_ANNOTATION",
+           "PROFILE_ANNOTATION", "SERVER_DEFAULTS", "Rendered", "Stale", "band_policy", "differences", "message",
+           "render", "render_band", "selector_cel", "stale"]
 
 PREFIX = "colocation-profile-"
 COMPONENT = "profile-policy"
+# Pods of a band without a profile: one policy, shipped in manifests/components/admission-policies and rendered
+# again with the cluster state's skip-update-resources profiles left out.
+BAND_POLICY_NAME = "colocation-band-conversion"
+BAND_COMPONENT = "band-policy"
 LABELS = {"app.kubernetes.io/name": "colocation-webhook", "app.kubernetes.io/part-of": "colocation-webhook",
           "app.kubernetes.io/component": COMPONENT}
 PROFILE_ANNOTATION = "colocation.koordinator.sh/profile"
@@ -59,9 +68,11 @@ def message(profile: str) -> str:
 
 @dataclass(frozen=True)
 class Rendered:
-    """The policies and bindings of the profiles, and why some profiles have none."""
+    """The policies and bindings of the profiles, why some profiles have none, and the band policy with the
+    profiles that skip the conversion left out."""
 
     objects: list[dict[str, Any]] = field(default_factory=list)
+    band: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -149,6 +160,99 @@ def _written(p: Profile) -> tuple[set[str], set[str], bool]:
     return qos, classes, unknown
 
 
+def _pod_creates() -> dict[str, Any]:
+    """The policies' matchConstraints: pod CREATEs, where profiles and the conversion apply."""
+    return {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                               "resources": ["pods"], "scope": "Namespaced"}],
+            "matchPolicy": "Equivalent"}
+
+
+def _objects(name: str, meta: dict[str, Any], policy_spec: dict[str, Any],
+             binding_spec: dict[str, Any]) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and its binding, both named ``name``, each with its own copy of ``meta``."""
+    return [{"apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+             "metadata": {"name": name, **json.loads(json.dumps(meta))}, "spec": spec}
+            for kind, spec in (("ValidatingAdmissionPolicy", policy_spec),
+                               ("ValidatingAdmissionPolicyBinding", binding_spec))]
+
+
+def _band_names(band: str) -> list[str]:
+    """The resource names a pod of ``band`` (koord-batch, koord-mid) asks for in place of cpu/memory, the legacy
+    names of those included."""
+    cpu_name, mem_name = TARGETS[band]
+    return [cpu_name, mem_name, *(k for k, v in LEGACY_BATCH.items() if v in (cpu_name, mem_name))]
+
+
+def band_message() -> str:
+    """The band policy's message as a CEL expression: the pod's priority, its band, the names it should ask for."""
+    bands = " : ".join(f"object.spec.priority >= {low} && object.spec.priority <= {high} ? {lit(name)}"
+                       for name, low, high in BANDS if name in TARGETS)
+    head = lit("the colocation webhook did not run on this pod: its priority ")
+    tail = lit(" in place of cpu and memory, and it still asks for cpu or memory; create it again once the webhook "
+               "is back")
+    return (f"{head} + string(object.spec.priority) + ' is in the ' + ({bands} : '') "
+            f"+ ' band, whose pods ask for ' + variables.band[0] + ' and ' + variables.band[1] + {tail}")
+
+
+# Where a messageExpression cannot be used (it errs, or its text is too long).
+BAND_MESSAGE = ("the colocation webhook did not run on this pod: its priority is in the koord-batch or koord-mid "
+                "band, whose pods ask for batch or mid resources in place of cpu and memory, and it still asks for "
+                "cpu or memory; create it again once the webhook is back")
+
+
+def _label_in(labels: str, key: str) -> str:
+    return f"(has({labels}) && {lit(key)} in {labels})"
+
+
+def selector_cel(sel: Any, labels: str) -> str:
+    """A LabelSelector (``selectors.matches``' semantics; none or empty selects everything) as a CEL test of the
+    label map at ``labels``."""
+    sel = sel if isinstance(sel, dict) else {}
+    parts = [f"({_label_in(labels, k)} && {labels}[{lit(k)}] == {lit(v)})"
+             for k, v in (sel.get("matchLabels") or {}).items()]
+    for e in sel.get("matchExpressions") or []:
+        key, op, values = e["key"], e["operator"], list(e.get("values") or [])
+        has_key = _label_in(labels, key)
+        parts.append({"In": f"({has_key} && {labels}[{lit(key)}] in {lits(values)})",
+                      "NotIn": f"!({has_key} && {labels}[{lit(key)}] in {lits(values)})",
+                      "Exists": has_key, "DoesNotExist": f"!{has_key}"}[op])
+    return " && ".join(parts) or "true"
+
+
+def band_policy(skipping: list[Profile]) -> list[dict[str, Any]]:
+    """The policy and binding that refuse a pod of the koord-batch or koord-mid band (by ``spec.priority``, which
+    the Priority plugin sets before validating admission) still asking for cpu/memory where rule batch-resources
+    would have converted them, except where a profile of ``skipping`` (those carrying SKIP_UPDATE_RESOURCES)
+    matches the pod: the webhook leaves those as written (docs/deploy.md, "Admission policies")."""
+    ranges = [(name, low, high) for name, low, high in BANDS if name in TARGETS]
+    band = " : ".join(f"object.spec.priority >= {low} && object.spec.priority <= {high} ? {lits(_band_names(name))}"
+                      for name, low, high in ranges)
+    variables = [{"name": "band", "expression": f"has(object.spec.priority) ? ({band} : []) : []"}]
+    skipped = [f"({selector_cel(p.spec.get('namespaceSelector'), 'namespaceObject.metadata.labels')} && "
+               f"{selector_cel(p.spec.get('selector'), 'object.metadata.labels')})" for p in skipping]
+    if skipped:
+        variables.append({"name": "skipped", "expression": " || ".join(skipped)})
+    variables.append({"name": "asksNative", "expression": _native("variables.band")})
+    refuse = "size(variables.band) > 0 && variables.asksNative" + (" && !variables.skipped" if skipped else "")
+    policy_spec = {
+        "failurePolicy": "Fail",
+        "matchConstraints": _pod_creates(),
+        "variables": variables,
+        "validations": [{"expression": f"!({refuse})", "messageExpression": band_message(),
+                         "message": BAND_MESSAGE, "reason": "Forbidden"}],
+    }
+    binding_spec = {
+        "policyName": BAND_POLICY_NAME,
+        "validationActions": ["Deny"],
+        "matchResources": {"namespaceSelector": {"matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": list(EXCLUDED_NAMESPACES)}]}},
+    }
+    notes = {PROFILE_ANNOTATION: ",".join(p.name for p in skipping)} if skipping else {}
+    meta = {"labels": {**LABELS, "app.kubernetes.io/component": BAND_COMPONENT},
+            "annotations": {**notes, DIGEST_ANNOTATION: _digest(policy_spec, binding_spec)}}
+    return _objects(BAND_POLICY_NAME, meta, policy_spec, binding_spec)
+
+
 def _selector(sel: Any) -> dict[str, Any]:
     return json.loads(json.dumps(sel)) if isinstance(sel, dict) else {}
 
@@ -166,11 +270,7 @@ def _pair(p: Profile, validation: str, variables: list[dict[str, str]]) -> list[
     policy_spec = {
         # Fail: an expression that errs refuses rather than admits the pod unconverted.
         "failurePolicy": "Fail",
-        "matchConstraints": {
-            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
-                               "resources": ["pods"], "scope": "Namespaced"}],
-            "matchPolicy": "Equivalent",
-        },
+        "matchConstraints": _pod_creates(),
         "validations": [{"expression": validation, "message": message(p.name), "reason": "Forbidden"}],
     }
     if variables:
@@ -182,12 +282,7 @@ def _pair(p: Profile, validation: str, variables: list[dict[str, str]]) -> list[
     }
     meta = {"labels": dict(LABELS), "annotations": {PROFILE_ANNOTATION: p.name,
                                                      DIGEST_ANNOTATION: _digest(policy_spec, binding_spec)}}
-    return [
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
-         "metadata": {"name": name, **json.loads(json.dumps(meta))}, "spec": policy_spec},
-        {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
-         "metadata": {"name": name, **json.loads(json.dumps(meta))}, "spec": binding_spec},
-    ]
+    return _objects(name, meta, policy_spec, binding_spec)
 
 
 def render(profiles: list[dict[str, Any]], lookup_class: Callable[[str], dict[str, Any] | None],
@@ -247,14 +342,17 @@ def render(profiles: list[dict[str, Any]], lookup_class: Callable[[str], dict[st
                     out.notes.append(f"{p.name}: PriorityClass {c} is not in the cluster state: the webhook refuses "
                                      "the pods this profile matches; the policy checks no resources")
                 if isinstance(value, int) and not isinstance(value, bool) and band_of(value) in TARGETS:
-                    cpu_name, mem_name = TARGETS[band_of(value)]
-                    legacy = [k for k, v in LEGACY_BATCH.items() if v in (cpu_name, mem_name)]
-                    converting[c] = [cpu_name, mem_name, *legacy]
+                    converting[c] = _band_names(band_of(value))
         elif p.priority_class_name:
             out.notes.append(f"{p.name}: no resources check: profile(s) {', '.join(sorted(any_skip))} carry "
                              f"{SKIP_UPDATE_RESOURCES}")
         out.objects.extend(_pair(p, _validation(qos, classes, converting),
                                  _band_variables(converting) if converting else []))
+    skipping = [p for p in valid if p.skip_update_resources]
+    if skipping:
+        out.notes.append(f"{BAND_POLICY_NAME}: the pods profile(s) {', '.join(p.name for p in skipping)} match are "
+                         f"left out ({SKIP_UPDATE_RESOURCES}): the shipped policy refuses them, apply this one")
+    out.band.extend(band_policy(skipping))
     return out
 
 
@@ -267,29 +365,77 @@ class Stale:
     problem: str
 
 
+# What the apiserver writes into a policy or binding it stores where the object leaves a field out
+# (k8s.io/kubernetes/pkg/apis/admissionregistration/v1/defaults.go): not a difference.
+SERVER_DEFAULTS: dict[str, Any] = {"failurePolicy": "Fail", "matchPolicy": "Equivalent", "namespaceSelector": {},
+                                   "objectSelector": {}, "scope": "*"}
+
+
+def differences(want: Any, have: Any, path: str = "spec") -> list[str]:
+    """Where the applied ``have`` differs from the rendered ``want``, field by field (the fields the apiserver
+    defaults excepted), as ``path: what``."""
+    if isinstance(want, dict) and isinstance(have, dict):
+        out: list[str] = []
+        for k, v in want.items():
+            out.extend([f"{path}.{k}: missing"] if k not in have else differences(v, have[k], f"{path}.{k}"))
+        out.extend(f"{path}.{k}: not rendered" for k, v in have.items()
+                   if k not in want and not (k in SERVER_DEFAULTS and SERVER_DEFAULTS[k] == v))
+        return out
+    if isinstance(want, list) and isinstance(have, list):
+        if len(want) != len(have):
+            return [f"{path}: {len(have)} item(s), rendered {len(want)}"]
+        return [d for i, (w, h) in enumerate(zip(want, have, strict=True)) for d in differences(w, h, f"{path}[{i}]")]
+    return [] if want == have else [f"{path}: differs"]
+
+
 def stale(rendered: list[dict[str, Any]], applied: list[dict[str, Any]]) -> list[Stale]:
-    """Compare the applied profile policies (those with the component label) with the rendered ones by digest."""
+    """Compare the applied policies and bindings with the rendered ones, field by field: ``rendered`` is all this
+    command renders; the applied ones it judges are those of the same kind and name, and any other carrying the
+    profile or band component label (left over)."""
     def key(o: dict[str, Any]) -> tuple[str, str]:
         return o.get("kind", ""), str((o.get("metadata") or {}).get("name", ""))
 
-    def digest(o: dict[str, Any]) -> str | None:
-        d = ((o.get("metadata") or {}).get("annotations") or {}).get(DIGEST_ANNOTATION)
-        return d if isinstance(d, str) else None
+    def what(o: dict[str, Any]) -> str:
+        profile = ((o.get("metadata") or {}).get("annotations") or {}).get(PROFILE_ANNOTATION)
+        labels = (o.get("metadata") or {}).get("labels") or {}
+        return (f"profile {profile}: " if profile and labels.get("app.kubernetes.io/component") == COMPONENT
+                else "")
 
-    ours = [o for o in applied if isinstance(o, dict)
-            and ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") == COMPONENT]
-    have = {key(o): o for o in ours}
     want = {key(o): o for o in rendered}
+    have = {key(o): o for o in applied if isinstance(o, dict) and (
+        key(o) in want
+        or ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") in (COMPONENT,
+                                                                                                   BAND_COMPONENT))}
     out: list[Stale] = []
     for k, o in want.items():
-        profile = o["metadata"]["annotations"][PROFILE_ANNOTATION]
         if k not in have:
-            out.append(Stale(k[1], k[0], f"profile {profile}: not applied"))
-        elif digest(have[k]) != digest(o):
-            out.append(Stale(k[1], k[0], f"profile {profile}: stale (digest {digest(have[k])}, the profile now "
-                                         f"gives {digest(o)})"))
+            out.append(Stale(k[1], k[0], f"{what(o)}not applied"))
+            continue
+        found = differences(o.get("spec"), have[k].get("spec"))
+        if found:
+            shown = "; ".join(found[:3]) + (f"; and {len(found) - 3} more" if len(found) > 3 else "")
+            out.append(Stale(k[1], k[0], f"{what(o)}stale: {shown} (edited in the cluster, or the cluster state "
+                                         "changed since it was applied)"))
     for k, o in have.items():
         if k not in want:
-            profile = ((o.get("metadata") or {}).get("annotations") or {}).get(PROFILE_ANNOTATION, "?")
-            out.append(Stale(k[1], k[0], f"profile {profile}: gone or no longer rendered: delete it"))
+            out.append(Stale(k[1], k[0], f"{what(o)}gone or no longer rendered: delete it"))
     return sorted(out, key=lambda s: (s.name, s.kind))
+
+
+BAND_HEADER = """\
+# Generated by `colocation-webhook policies` (webhook/admission/profile_policies.py, band_policy): do not edit;
+# tests/test_profile_policies.py fails when this file and the generator differ. With profiles that carry
+# config.koordinator.sh/skip-update-resources, apply the copy `colocation-webhook policies --cluster-state/--kubeconfig`
+# renders instead: it leaves the pods those profiles match alone, as the webhook does.
+"""
+
+
+def render_band() -> str:
+    """The band policy with no profile left out, as committed in manifests/components/admission-policies."""
+    import yaml  # a dependency of the CLI already; imported here so the module's import stays cheap
+
+    return BAND_HEADER + "---\n".join(yaml.safe_dump(d, sort_keys=False, width=120) for d in band_policy([]))
+
+
+if __name__ == "__main__":
+    print(render_band(), end="")

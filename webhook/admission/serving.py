@@ -91,6 +91,11 @@ INLINE_PATHS: dict[bytes, tuple[str, Endpoint]] = {p.encode(): (p, e) for p, e i
 STATUS_LINES = {int(s): b"HTTP/1.1 %d %s\r\n" % (s, s.phrase.encode()) for s in http.HTTPStatus}
 
 
+def url_host(host: str) -> str:
+    """``host`` as a URL writes it: an IPv6 address in brackets (``https://[::1]:8443``, RFC 3986)."""
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
 class GuardedProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with read deadlines and a header size limit (see the module's text).
     ``limits`` subclasses set the class attributes."""
@@ -450,7 +455,7 @@ class AdmissionServer(WatchingServer):
         except OSError as exc:  # as uvicorn does for the admission port
             log.error("cannot listen on the metrics port (--metrics-port %d): %s", mconfig.port, exc.strerror or exc)
             sys.exit(STARTUP_FAILURE)
-        log.info("metrics on http://%s:%d/metrics", mconfig.host, mconfig.port)
+        log.info("metrics on http://%s:%d/metrics", url_host(mconfig.host), mconfig.port)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self.metrics_listener is not None:

@@ -14,6 +14,13 @@ the audit's memory grow with the cluster. So a List's ``items`` are read one ite
   large clusters, `-o json` is 40 times faster.
 
 A document that is not a List is one object. Any other top-level value is an error naming the file and where.
+
+A folder is read as the cluster state's is (``manifest_files``: every part of it readable, or an error naming the
+part). kustomize's own files are no objects and are skipped, each named: a kustomization (``kustomization.yaml``,
+``kustomization.yml``, ``Kustomization``) and what one names that is no whole object, its patches
+(``patches``, ``patchesStrategicMerge``, ``patchesJson6902``) and its generators' input files. A patch of a
+Deployment looks like a Deployment, and audited as one it would be a Deployment that exists nowhere. What kustomize
+builds is audited from its output: ``kubectl kustomize DIR | colocation-webhook audit -f -``.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
 import re
 import sys
 from collections.abc import Iterable, Iterator
@@ -31,7 +39,8 @@ import orjson
 import yaml
 from yaml import events, nodes
 
-from webhook.cluster.files import SUFFIXES, found, yaml_problem
+from webhook.cluster.files import KUSTOMIZATIONS as STATE_KUSTOMIZATIONS
+from webhook.cluster.files import StateFileError, found, manifest_files, yaml_problem
 
 _CHUNK = 1 << 20
 _SPACE = re.compile(r"[ \t\r\n]*")
@@ -50,19 +59,85 @@ class ObjectsError(ValueError):
     """A file the audit cannot read: the message names the file and where."""
 
 
-def paths_of(given: Iterable[str]) -> Iterator[str]:
-    """Each file named, and each manifest under a folder named (sorted); ``-`` is stdin."""
+KUSTOMIZATIONS = (*STATE_KUSTOMIZATIONS, "Kustomization")  # the names kustomize reads
+KUSTOMIZE_GROUP = "kustomize.config.k8s.io/"
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def kustomize_inputs(kustomization: Path) -> dict[Path, str]:
+    """The files a kustomization names that are no whole object (its patches and its generators' inputs), by
+    resolved path, each with what it is. A kustomization that does not read is kustomize's to report: nothing."""
+    try:
+        doc = yaml.load(kustomization.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    if not isinstance(doc, dict):
+        return {}
+    here = kustomization.parent
+    named: list[tuple[Any, str]] = []
+    for key in ("patches", "patchesJson6902", "replacements"):
+        named += [(p.get("path"), "a patch") for p in _listed(doc.get(key)) if isinstance(p, dict)]
+    named += [(p, "a patch") for p in _listed(doc.get("patchesStrategicMerge"))]
+    for key in ("configMapGenerator", "secretGenerator"):
+        for gen in _listed(doc.get(key)):
+            if isinstance(gen, dict):
+                named += [(str(f).rpartition("=")[2], "an input of a generator")
+                          for f in _listed(gen.get("files")) + _listed(gen.get("envs")) if isinstance(f, str)]
+    out: dict[Path, str] = {}
+    for name, what in named:
+        if isinstance(name, str) and name and "\n" not in name:  # an inline patch is no file
+            out[(here / name).resolve()] = f"{what} of {_shown(kustomization)}"
+    return out
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working folder when it is under it (as a folder given names its files)."""
+    relative = os.path.relpath(path)
+    return path.as_posix() if relative.startswith("..") else relative
+
+
+def _kustomizations_above(path: Path) -> list[Path]:
+    """The kustomizations in the folders that hold ``path``, nearest first."""
+    out = []
+    for folder in path.resolve().parents:
+        out += [folder / n for n in KUSTOMIZATIONS if (folder / n).is_file()]
+    return out
+
+
+def paths_of(given: Iterable[str], skipped: list[tuple[str, str]] | None = None) -> Iterator[str]:
+    """Each file named, and each manifest under a folder named (sorted); ``-`` is stdin. kustomize's files are left
+    out, each added to ``skipped`` as (file, what it is)."""
     for name in given:
         path = Path(name)
-        if name == "-" or not path.is_dir():
+        if name == "-":
             yield name
             continue
-        yield from (str(p) for p in sorted(path.rglob("*")) if p.suffix in SUFFIXES and p.is_file())
+        if not path.is_dir():
+            files, kustomizations = [path], _kustomizations_above(path)
+        else:
+            try:
+                files = manifest_files(path)
+            except StateFileError as exc:
+                raise ObjectsError(str(exc)) from None
+            kustomizations = [f for f in files if f.name in KUSTOMIZATIONS]
+        inputs: dict[Path, str] = {}
+        for k in kustomizations:
+            inputs.update(kustomize_inputs(k))
+        for f in files:
+            what = "a kustomization" if f.name in KUSTOMIZATIONS else inputs.get(f.resolve())
+            if what is None:
+                yield str(f)
+            elif skipped is not None:
+                skipped.append((str(f), what))
 
 
-def objects(given: Iterable[str]) -> Iterator[tuple[str, Any]]:
-    """(where, object) for every object in the files, in file order; ``where`` is ``path`` or ``path[item N]``."""
-    for name in paths_of(given):
+def objects(given: Iterable[str], skipped: list[tuple[str, str]] | None = None) -> Iterator[tuple[str, Any]]:
+    """(where, object) for every object in the files, in file order; ``where`` is ``path`` or ``path[item N]``.
+    kustomize's files are not read: added to ``skipped``."""
+    for name in paths_of(given, skipped):
         yield from _objects_of(name)
 
 

@@ -33,6 +33,7 @@ from webhook.cli.common import (
     program_parser,
     run_main,
     setup_logging,
+    unverified_tls,
     wait_synced,
 )
 from webhook.cli.common import port as _port
@@ -94,6 +95,8 @@ def _collector(args: argparse.Namespace) -> Collector:
 def _live_source(state: ClusterState, kubeconfig: str | None, node: str, args: argparse.Namespace) -> Source:
     from webhook.cluster.sources import LiveSourceError, build_source
 
+    unverified_tls(kubeconfig, log.warning)
+
     try:
         return build_source(state, None, kubeconfig, kinds=AGENT_KINDS,
                             field_selectors={"Pod": f"spec.nodeName={node}", "Node": f"metadata.name={node}"},
@@ -115,6 +118,8 @@ def _files_state(folder: Path, args: argparse.Namespace) -> ClusterState:
 
 def _api_client(kubeconfig: str | None) -> Any:
     from webhook.agent.actions import api_client_for
+
+    unverified_tls(kubeconfig, log.warning)
 
     try:
         return api_client_for(kubeconfig)

@@ -17,7 +17,7 @@ import orjson
 
 from webhook.audit.migrate import migration
 from webhook.audit.subjects import KINDS, PLURALS, Subject, kind_of, subject
-from webhook.cli.common import UsageError, exit_codes, namespace, positive
+from webhook.cli.common import UsageError, exit_codes, namespace, positive, stderr_warning, unverified_tls
 from webhook.cli.common import seconds as _seconds
 from webhook.cli.state import listed_state, review_settings, review_settings_flags
 from webhook.cluster.state import ClusterState, Kind
@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from webhook.cluster.sources import Source
 
 EXIT_DISAGREES = 1
+EXIT_NOTHING = 3  # nothing to audit: a CI gate must not pass on an empty or wrong input
 _GROUPS = {"Pod": ("", "v1"), "Deployment": ("apps", "v1"), "StatefulSet": ("apps", "v1"),
            "DaemonSet": ("apps", "v1"), "ReplicaSet": ("apps", "v1"), "Job": ("batch", "v1"),
            "CronJob": ("batch", "v1")}
@@ -61,10 +62,49 @@ def _selector(text: str | None) -> Any:
 Item = tuple[str, dict[str, Any] | None, str, str]
 
 
-def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any) -> Iterator[Item]:
-    from webhook.audit.files import objects
+class Seen:
+    """What the input held besides the objects audited: said when nothing was audited, and kustomize's files
+    skipped, said in any case."""
 
-    for where, obj in objects(args.filename):
+    def __init__(self, kinds: tuple[str, ...] = ()) -> None:
+        self.kinds = kinds                              # what is audited
+        self.read = 0                                   # objects read
+        self.other_kinds: dict[str, int] = {}           # kinds that are no pod or workload, by count
+        self.filtered = 0                               # pods and workloads -n, -l or --kinds left out
+        self.kustomize: list[tuple[str, str]] = []      # (file, what it is)
+
+    def nothing(self, args: argparse.Namespace) -> str:
+        """Why nothing was audited, in one line."""
+        if not args.filename:
+            where = "".join((f" in namespace {args.namespace}" if args.namespace else "",
+                             f" with labels {args.selector}" if args.selector else ""))
+            kinds = ", ".join(PLURALS[k] for k in self.kinds)
+            return f"nothing to audit: the cluster holds no {kinds}{where}"
+        source = "the input"
+        if self.read == 0:
+            why = f"{source} holds no object" + (" (an empty stdin: did the command before the pipe fail?)"
+                                                 if "-" in args.filename else "")
+        else:
+            kinds = ", ".join(f"{k} x{n}" if n > 1 else k for k, n in sorted(self.other_kinds.items()))
+            why = f"{source} holds {self.read} object(s)" + (f", none a pod or workload ({kinds})" if kinds else "")
+            if self.filtered:
+                why += f"; {self.filtered} pod(s) or workload(s) left out by -n, -l or --kinds"
+        return f"nothing to audit: {why}"
+
+    def say_kustomize(self, prog: str) -> None:
+        """One stderr line naming kustomize's files skipped, once (before the count, or on an error)."""
+        if self.kustomize:
+            files = "; ".join(f"{f} ({what})" for f, what in self.kustomize)
+            print(f"{prog}: skipped {len(self.kustomize)} kustomize file(s), which are no objects: {files}; to audit "
+                  "what kustomize builds: kubectl kustomize DIR | colocation-webhook audit -f -", file=sys.stderr)
+            self.kustomize = []
+
+
+def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any, seen: Seen) -> Iterator[Item]:
+    from webhook.audit.files import KUSTOMIZE_GROUP, objects
+
+    for where, obj in objects(args.filename, seen.kustomize):
+        seen.read += 1
         if not isinstance(obj, dict):
             yield "", None, where, f"{where}: holds {type(obj).__name__}, not an object"
             continue
@@ -72,25 +112,33 @@ def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any)
         if not kind:  # a raw API list's items carry none; kubectl's output does
             yield "", None, where, f"{where}: has no kind"
             continue
-        if kind not in kinds:
+        if str(obj.get("apiVersion") or "").startswith(KUSTOMIZE_GROUP):  # a kustomization under another name
+            seen.kustomize.append((where, f"a {kind}"))
+            continue
+        if kind not in KINDS:
+            seen.other_kinds[str(kind)] = seen.other_kinds.get(str(kind), 0) + 1
             continue  # Services, ConfigMaps, the cluster state's own kinds: nothing to admit
         meta = obj.get("metadata")
         meta = meta if isinstance(meta, dict) else {}
-        if args.namespace and (meta.get("namespace") or "default") != args.namespace:
+        if kind not in kinds or (args.namespace and (meta.get("namespace") or "default") != args.namespace):
+            seen.filtered += 1
             continue
         labels = meta.get("labels")
         if selector is not None and not selector.matches(labels if isinstance(labels, dict) else {}):
+            seen.filtered += 1
             continue
         yield str(kind), obj, where, ""
 
 
-def _from_cluster(args: argparse.Namespace, kinds: tuple[str, ...]) -> Iterator[Item]:
+def _from_cluster(args: argparse.Namespace, kinds: tuple[str, ...], seen: Seen) -> Iterator[Item]:
     from webhook.cluster.live import api_client, paginated
 
+    unverified_tls(args.kubeconfig, stderr_warning("audit"))
     api = api_client(args.kubeconfig, "colocation-webhook/audit")
     try:
         for kind in kinds:
             for obj in paginated(api, API_KINDS[kind], args.namespace, args.selector, args.page_size):
+                seen.read += 1
                 yield kind, obj, "", ""
     finally:
         api.close()  # type: ignore[no-untyped-call]  # the client is untyped
@@ -152,24 +200,28 @@ def run(args: argparse.Namespace) -> int:
     settings.pinned_draw = 0  # a workload a profile converts some pods of is named, whatever the share
     settings.warning_limit = None  # a finding's detail holds its warnings whole (the table cuts its cells)
     logging.getLogger("webhook.admission").setLevel(logging.WARNING)  # each denial is a finding, not a log line
-    items = _from_files(args, kinds, selector) if args.filename else _from_cluster(args, kinds)
-    if args.migrate:
+    seen = Seen(kinds)
+    items = _from_files(args, kinds, selector, seen) if args.filename else _from_cluster(args, kinds, seen)
+    try:
+        if args.migrate:
+            try:
+                return _migrate(args, items, seen)
+            except (ObjectsError, LiveSourceError) as exc:
+                raise UsageError(str(exc)) from None
+        state, source = _state(args)
         try:
-            return _migrate(args, items)
+            service = ReviewService(state, settings)
+            return _report(args, service, _subjects(items), seen)
         except (ObjectsError, LiveSourceError) as exc:
             raise UsageError(str(exc)) from None
-    state, source = _state(args)
-    try:
-        service = ReviewService(state, settings)
-        return _report(args, service, _subjects(items))
-    except (ObjectsError, LiveSourceError) as exc:
-        raise UsageError(str(exc)) from None
+        finally:
+            if source is not None:
+                source.stop()
     finally:
-        if source is not None:
-            source.stop()
+        seen.say_kustomize("audit")
 
 
-def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator[Subject]) -> int:
+def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator[Subject], seen: Seen) -> int:
     from webhook.audit.findings import AGREES, Tally, audit
 
     tally, block, header = Tally(), [], True
@@ -190,20 +242,24 @@ def _report(args: argparse.Namespace, service: ReviewService, subjects: Iterator
     finally:  # a file that breaks half-way still shows what was found before it
         if args.output == "table" and block:
             out.write(_table(block, header))
+    seen.say_kustomize("audit")
+    if tally.total == 0:
+        print(f"audit: {seen.nothing(args)}", file=sys.stderr)
+        return EXIT_NOTHING
     if args.output == "summary":
         out.write(_summary(tally))
     print(f"audit: {tally.line()}", file=sys.stderr)
     return 0 if tally.all_agree else EXIT_DISAGREES
 
 
-def _migrate(args: argparse.Namespace, items: Iterator[Item]) -> int:
+def _migrate(args: argparse.Namespace, items: Iterator[Item], seen: Seen) -> int:
     """Print, per object on the legacy protocol, the patch that moves it; 1 when any is."""
-    seen = found = conflicts = 0
+    counted = found = conflicts = 0
     out = sys.stdout
     for kind, obj, _where, _problem in items:
         if obj is None:
             continue
-        seen += 1
+        counted += 1
         m = migration(obj, kind)
         if m is None:
             continue
@@ -217,9 +273,13 @@ def _migrate(args: argparse.Namespace, items: Iterator[Item]) -> int:
         out.write("".join(f"# conflict: {c}\n" for c in m.conflicts))
         if m.ops:  # a pod's patch is what to make it again from, not a command that would work
             out.write(f"# {m.command()}\n" if m.note else f"{m.command()}\n")
+    seen.say_kustomize("audit --migrate")
+    if counted == 0:
+        print(f"audit --migrate: {seen.nothing(args)}", file=sys.stderr)
+        return EXIT_NOTHING
     unresolved = (f"; {conflicts} conflict(s) between the two protocols left as they are, named with their "
                   "object" if conflicts else "")
-    print(f"audit --migrate: {found} of {seen} object(s) use the legacy ack-slo-manager protocol{unresolved}",
+    print(f"audit --migrate: {found} of {counted} object(s) use the legacy ack-slo-manager protocol{unresolved}",
           file=sys.stderr)
     return EXIT_DISAGREES if found else 0
 
@@ -233,7 +293,10 @@ def add_parser(sub: Any, codes: dict[int, str]) -> None:
                     "ReplicaSets, Jobs and CronJobs, through the webhook's chains as a dry-run CREATE, and say of "
                     "each whether the rules agree with it, would change it (and how; what the apiserver's Priority "
                     "plugin writes into every pod anyway is no change) or would deny it (and why). "
-                    "Exit 0 when every object agrees, 1 when any does not, 2 on unusable input.")
+                    "Exit 0 when every object agrees, 1 when any does not, 2 on unusable input, 3 when the input "
+                    "holds nothing to audit. kustomize's own files (a kustomization, its patches) are skipped, "
+                    "each named: to audit what kustomize builds, kubectl kustomize DIR | colocation-webhook audit "
+                    "-f -.")
     src = a.add_mutually_exclusive_group()
     a.add_argument("-f", "--filename", action="append", metavar="FILE|DIR",
                    help="objects to audit: kubectl get ... -o json|yaml output, manifests, a folder of them; "

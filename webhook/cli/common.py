@@ -204,6 +204,25 @@ def service_name(value: str) -> str:
     return _dns_name(value, names.dns1035_label(value))
 
 
+def _socket_error(exc: OSError) -> str:
+    """Why a bind failed, without create_server's "(while attempting to bind ...)" (a name that does not resolve
+    has a resolver's code for errno, not an errno)."""
+    if exc.errno is not None and exc.errno > 0:
+        return os.strerror(exc.errno)
+    return (exc.strerror or str(exc)).split(" (while attempting")[0]
+
+
+def check_host(host: str, flag: str = "--host") -> None:
+    """That ``host`` is an address or name this machine can listen on, before anything is made for it (serve's
+    own certificate names it): bound on a port of the system's choosing and closed at once. A UsageError naming
+    ``flag`` otherwise."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        socket.create_server((host, 0), family=family).close()
+    except OSError as exc:
+        raise UsageError(f"{flag} {host}: cannot listen on it: {_socket_error(exc)}") from None
+
+
 def listen(host: str, port: int, flag: str) -> socket.socket:
     """A listening TCP socket, bound before anything says it serves: a port in use is a UsageError naming
     ``flag``, not a failure after start-up."""
@@ -211,8 +230,48 @@ def listen(host: str, port: int, flag: str) -> socket.socket:
     try:
         return socket.create_server((host, port), family=family, backlog=2048)
     except OSError as exc:
-        why = os.strerror(exc.errno) if exc.errno else str(exc)  # not create_server's "(while attempting ...)"
-        raise UsageError(f"{flag} {port}: cannot listen on {host}: {why}") from None
+        raise UsageError(f"{flag} {port}: cannot listen on {host}: {_socket_error(exc)}") from None
+
+
+def _insecure(kubeconfig: str) -> bool:
+    """Whether the kubeconfig's current context turns the server's certificate check off
+    (``insecure-skip-tls-verify``). Read here, not through the client's loader, which would run an exec
+    credential plugin a second time; a kubeconfig that does not read is the source's to report."""
+    import yaml
+
+    try:
+        with open(kubeconfig, "rb") as f:
+            doc = yaml.safe_load(f)
+        contexts = {c["name"]: c.get("context") or {} for c in doc.get("contexts") or []}
+        cluster = contexts[doc["current-context"]].get("cluster")
+        clusters = {c["name"]: c.get("cluster") or {} for c in doc.get("clusters") or []}
+        return clusters[cluster].get("insecure-skip-tls-verify") is True
+    except Exception:  # not a kubeconfig this can read: no warning, and the loader says what is wrong
+        return False
+
+
+_UNVERIFIED_SAID: list[str] = []
+
+
+def unverified_tls(kubeconfig: str | None, say: Callable[[str], None]) -> None:
+    """One line, once per process, when the kubeconfig skips the API server's certificate check; and urllib3's
+    ``InsecureRequestWarning`` silenced, which it gives on every request (``always``: dozens of two-line warnings
+    on a paginated audit, and on every watch of ``serve``)."""
+    if not kubeconfig or kubeconfig in _UNVERIFIED_SAID or not _insecure(kubeconfig):
+        return
+    import warnings
+
+    from urllib3.exceptions import InsecureRequestWarning
+
+    warnings.filterwarnings("ignore", category=InsecureRequestWarning)
+    _UNVERIFIED_SAID.append(kubeconfig)
+    say(f"--kubeconfig {kubeconfig}: insecure-skip-tls-verify is set: the API server's certificate is not "
+        "checked, and whoever answers at its address is taken for it")
+
+
+def stderr_warning(prog: str) -> Callable[[str], None]:
+    """``say`` for a command that prints rather than logs: ``prog: warning: text`` on stderr."""
+    return lambda text: print(f"{prog}: warning: {text}", file=sys.stderr)
 
 
 def wait_synced(state: ClusterState, timeout: float) -> None:
@@ -248,5 +307,7 @@ def run_main(prog: str, parser: Callable[[], argparse.ArgumentParser], argv: lis
     except BrokenPipeError:
         return _stdout_closed(prog)
     except KeyboardInterrupt:
+        with contextlib.suppress(OSError):  # one line, so that a 130 is never mistaken for a crash or for done
+            print(f"{prog}: interrupted (Ctrl-C) before the work was done", file=sys.stderr)
         return EXIT_INTERRUPTED
     return code

@@ -4,10 +4,11 @@ that decide an answer, the Settings made of them, and the cluster state they rea
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from webhook.cli.common import UsageError, positive, wait_synced
+from webhook.cli.common import UsageError, positive, stderr_warning, unverified_tls, wait_synced
 
 if TYPE_CHECKING:
     from webhook.admission.context import Settings
@@ -48,13 +49,16 @@ def review_settings(args: argparse.Namespace) -> Settings:
 
 
 def cluster_state(cluster_state: Path | None, kubeconfig: str | None = None, watch: bool = False,
-                  use_in_cluster: bool | None = None) -> tuple[ClusterState, Source]:
+                  use_in_cluster: bool | None = None,
+                  say: Callable[[str], None] | None = None) -> tuple[ClusterState, Source]:
     """The webhook's kinds of state and the source that fills them, not started: a folder, a cluster, or the
-    embedded example; an unusable folder or kubeconfig is a UsageError."""
+    embedded example; an unusable folder or kubeconfig is a UsageError. ``say``: where a warning about the
+    kubeconfig goes (default: a stderr line)."""
     from webhook.cluster.files import StateFileError
     from webhook.cluster.sources import LiveSourceError, build_source
     from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
+    unverified_tls(kubeconfig, say or stderr_warning("colocation-webhook"))
     state = ClusterState(WEBHOOK_KINDS)
     try:
         source = build_source(state, cluster_state, kubeconfig, watch_files=watch, use_in_cluster=use_in_cluster)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import ssl
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import msgspec
 import orjson
 import yaml
 
@@ -18,6 +20,7 @@ from webhook.cli.common import (
     LOG_LEVELS,
     STDOUT_CLOSED,
     UsageError,
+    check_host,
     exit_codes,
     first_positional,
     listen,
@@ -62,8 +65,9 @@ def serve(args: argparse.Namespace) -> int:
         raise UsageError("--cert-dir is where serve keeps a pair of its own; with --tls-cert-file it is not used")
     if args.metrics_port and args.metrics_port == args.port:
         raise UsageError(f"--metrics-port {args.metrics_port} is the admission port (--port); give another, or 0")
+    check_host(args.host)  # before a certificate is made for it
     settings = review_settings(args)
-    state, source = cluster_state(args.cluster_state, args.kubeconfig, watch=True)
+    state, source = cluster_state(args.cluster_state, args.kubeconfig, watch=True, say=log.warning)
     state.max_age = args.max_cache_age or None   # a folder's state has no age: only the live source's counts
     if args.tls_cert_file:
         cert, key = Path(args.tls_cert_file), Path(args.tls_private_key_file)
@@ -89,7 +93,7 @@ def serve(args: argparse.Namespace) -> int:
     from webhook.admission.app import create_server
     from webhook.admission.asgi import EdgePolicy, ServeOptions
     from webhook.admission.memory import this_process
-    from webhook.admission.serving import AdmissionServer
+    from webhook.admission.serving import AdmissionServer, url_host
     from webhook.tls.policy import ClientCAError
 
     policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight,
@@ -111,9 +115,9 @@ def serve(args: argparse.Namespace) -> int:
     log.info("cluster state: %s", describe(args.cluster_state, args.kubeconfig))
     source.start()
     routes = "/mutate, /validate, /healthz, /readyz" + (", /openapi.json, /docs" if args.openapi else "")
-    log.info("serving https://%s:%d (%s)%s; metrics %s", args.host, args.port, routes,
+    log.info("serving https://%s:%d (%s)%s; metrics %s", url_host(args.host), args.port, routes,
              f", client certificates from {args.client_ca_file} required for reviews" if args.client_ca_file else "",
-             f"on http://{args.host}:{args.metrics_port}/metrics" if args.metrics_port else "off")
+             f"on http://{url_host(args.host)}:{args.metrics_port}/metrics" if args.metrics_port else "off")
     try:
         server.run(sockets=[listener])
     finally:
@@ -122,36 +126,77 @@ def serve(args: argparse.Namespace) -> int:
 
 
 # -- review ---------------------------------------------------------------------------------
+class _Head(msgspec.Struct):
+    """The one field of a JSON document read before the rest: decoding into it skips every other field without
+    building it (``msgspec``), so a file that is no Pod is said to be none at once, whatever its size."""
+
+    kind: Any = None
+
+
+_LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
+
+
+def _wrong_kind(kind: object, shown: str, what: str) -> None:
+    """A UsageError for a document of a kind ``review`` does not take (--old: the Pod before the update)."""
+    if what == "--old":
+        if kind not in (None, "Pod"):
+            raise UsageError(f"{shown}: expected the Pod before the update, got kind {kind!r}")
+    elif kind not in (None, "Pod", "AdmissionReview"):
+        raise UsageError(f"{shown}: expected a Pod or an AdmissionReview, got kind {kind!r}")
+
+
+def _json_document(data: bytes, shown: str, what: str) -> dict[str, Any] | None:
+    """The object of a JSON file, its kind checked before the whole is decoded; None when it is not JSON (YAML's
+    flow style, several documents): read as YAML then."""
+    try:
+        head = msgspec.json.decode(data, type=_Head)
+    except msgspec.DecodeError:
+        return None
+    _wrong_kind(head.kind, shown, what)
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
 def _load_document(path: Path, what: str) -> dict[str, Any]:
-    """The one object of a Pod or AdmissionReview file (``-``: stdin), or a UsageError saying what is there."""
-    from webhook.cluster.files import found, utf8, yaml_problem
+    """The one object of a Pod or AdmissionReview file (``-``: stdin), or a UsageError saying what is there.
+    ``what``: the flag it came with ("" for the positional file). JSON (``kubectl get -o json``) is read by the
+    fast decoders, and its kind checked first; anything else as YAML, with the C parser."""
+    from webhook.cluster.files import YAML_LOADER, found, utf8, yaml_problem
 
     name = "stdin" if str(path) == "-" else str(path)
+    shown = f"{what} {name}" if what else name
     try:
         data = sys.stdin.buffer.read() if str(path) == "-" else path.read_bytes()
     except IsADirectoryError:
-        raise UsageError(f"{what} {name}: is a directory; expected a Pod or AdmissionReview file") from None
+        raise UsageError(f"{shown}: is a directory; expected a Pod or AdmissionReview file") from None
     except OSError as exc:
-        raise UsageError(f"{what} {name}: cannot read: {exc.strerror or exc}") from None
+        raise UsageError(f"{shown}: cannot read: {exc.strerror or exc}") from None
+    start = _LEADING_SPACE.match(data)
+    if start is not None and data[start.end():start.end() + 1] == b"{":
+        doc = _json_document(data, shown, what)
+        if doc is not None:
+            return doc
     try:
         text = utf8(data)
     except ValueError as exc:
-        raise UsageError(f"{what} {name}: {exc}; expected a Pod or AdmissionReview as YAML or JSON") from None
+        raise UsageError(f"{shown}: {exc}; expected a Pod or AdmissionReview as YAML or JSON") from None
     try:
-        loaded = list(yaml.safe_load_all(text))
+        loaded = list(yaml.load_all(text, Loader=YAML_LOADER))
     except yaml.YAMLError as exc:
-        raise UsageError(f"{what} {yaml_problem(Path(name), exc)}") from None
+        raise UsageError(yaml_problem(Path(shown), exc)) from None
     docs = [d for d in loaded if d is not None]  # an empty document (a trailing ---) is no document
     expected = "expected one Pod or AdmissionReview object"
     if not docs:
         # `null` (JSON or YAML) is a document, and says nothing of a Pod: not the same mistake as an empty file
-        raise UsageError(f"{what} {name}: {'holds null' if loaded else 'is empty'}; {expected}")
+        raise UsageError(f"{shown}: {'holds null' if loaded else 'is empty'}; {expected}")
     if len(docs) > 1:
-        raise UsageError(f"{what} {name}: holds {len(docs)} documents; {expected}")
+        raise UsageError(f"{shown}: holds {len(docs)} documents; {expected}")
     if not isinstance(docs[0], dict):
-        raise UsageError(f"{what} {name}: holds {found(docs[0])}; {expected}")
-    if what == "--old" and docs[0].get("kind") not in (None, "Pod"):
-        raise UsageError(f"{what} {name}: expected the Pod before the update, got kind {docs[0].get('kind')!r}")
+        raise UsageError(f"{shown}: holds {found(docs[0])}; {expected}")
+    _wrong_kind(docs[0].get("kind"), shown, what)
     return docs[0]
 
 
@@ -178,11 +223,14 @@ def _review_of(doc: dict[str, Any], path: Path, operation: str | None, old: dict
 
 def review(args: argparse.Namespace) -> int:
     if str(args.file) == "-" and args.old is not None and str(args.old) == "-":
-        raise UsageError("FILE and --old cannot both be read from stdin (-)")
+        raise UsageError("the pod and --old cannot both be read from stdin (-)")
+    if args.old is not None and args.operation == "CREATE":
+        raise UsageError("--old is the pod before an UPDATE, and a CREATE has none: give --operation UPDATE, or "
+                         "no --old")
     settings = review_settings(args)
     settings.warning_limit = None  # read on a terminal: whole (the server cuts each to the apiserver's 120)
     old = _load_document(args.old, "--old") if args.old else None
-    doc = _load_document(args.file, "FILE")
+    doc = _load_document(args.file, "")
     state, source = listed_state(args.cluster_state, args.kubeconfig, args.in_cluster, args.sync_timeout)
     try:
         return _review(args, settings, state, doc, old)
@@ -231,6 +279,10 @@ def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, d
 def certs_generate(args: argparse.Namespace) -> int:
     from webhook.tls.certs import CertsError, generate_for_service
 
+    if args.new_ca and not args.force:  # alone it would be ignored where a pair is kept: say so instead
+        raise UsageError("--new-ca replaces the CA, and so the caBundle of every webhook configuration: it goes "
+                         "with --force")
+
     try:
         paths, what = generate_for_service(args.out, args.service, args.namespace, days=args.days,
                                            force=args.force, new_ca=args.new_ca)
@@ -262,7 +314,8 @@ def policies(args: argparse.Namespace) -> int:
     if args.check is not None and args.cluster_state is None and not live:
         raise UsageError("--check compares with the profiles of a cluster state: give --cluster-state DIR or "
                          "--kubeconfig F")
-    profile_docs: list[dict[str, Any]] = []
+    # Without a cluster state: the band policy with no profile left out, as the component ships it.
+    profile_docs: list[dict[str, Any]] = profile_policies.band_policy([])
     if args.cluster_state is not None or live:
         applied = _applied(args.check) if args.check is not None else None
         state, source = listed_state(args.cluster_state, args.kubeconfig, False, args.sync_timeout)
@@ -274,14 +327,15 @@ def policies(args: argparse.Namespace) -> int:
                 source.stop()
         for note in rendered.notes:
             print(f"note: {note}", file=sys.stderr)
+        profile_docs = [*rendered.band, *rendered.objects]
         if applied is not None:
-            found_stale = profile_policies.stale(rendered.objects, applied)
+            found_stale = profile_policies.stale([generated.policy(), generated.binding(), *profile_docs], applied)
             for s in found_stale:
                 print(f"{s.kind}/{s.name}: {s.problem}")
             if not found_stale:
-                print(f"the applied profile policies are up to date ({len(rendered.objects) // 2} profile(s))")
+                print(f"the applied policies are up to date (the pod invariants, the band conversion and "
+                      f"{len(rendered.objects) // 2} profile(s))")
             return EXIT_DENIED if found_stale else 0
-        profile_docs = rendered.objects
     if args.output == "json":
         items = [generated.policy(), generated.binding(), *profile_docs]
         print(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items}, option=orjson.OPT_INDENT_2).decode())
@@ -297,7 +351,9 @@ def _applied(path: Path) -> list[dict[str, Any]]:
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
         docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+    except OSError as exc:
+        raise UsageError(f"--check: {path}: cannot read: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UsageError(f"--check: {path}: {exc}") from None
     out: list[dict[str, Any]] = []
     for d in docs:
@@ -347,6 +403,8 @@ COMMAND_CODES: dict[str, dict[int, str]] = {  # each command's --help lists its 
     "audit": {0: "every object agrees (--migrate: none uses the legacy protocol)",
               1: "an object the rules would change or deny (--migrate: one uses the legacy protocol)",
               2: _usage("a flag, a file, a cluster state, a kubeconfig, an API error while listing"),
+              3: "nothing to audit: no pod or workload in the input (an empty file or stdin, other kinds only, "
+                 "all left out by -n, -l or --kinds), said on stderr",
               130: INTERRUPTED, 141: STDOUT_CLOSED},
     "policies": {0: "printed (--check: the applied profile policies are up to date)",
                  1: "--check: an applied profile policy is missing, stale or left over",
@@ -365,6 +423,7 @@ EXIT_CODES = {
     0: "done",
     1: "; ".join(f"{command}: {codes[1]}" for command, codes in COMMAND_CODES.items() if 1 in codes),
     2: _usage("a flag, a file, a certificate, a kubeconfig, a port in use"),
+    3: f"audit: {COMMAND_CODES['audit'][3]}",
     130: INTERRUPTED,
     141: STDOUT_CLOSED,
 }
@@ -473,8 +532,10 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                          description="Print the validating rules that need no cluster state as one "
                                      "ValidatingAdmissionPolicy and its binding: what "
                                      "manifests/components/admission-policies holds (docs/deploy.md, \"Admission "
-                                     "policies\"). With a cluster state, also a policy and binding per "
-                                     "ClusterColocationProfile that refuse the pods it matches unconverted. "
+                                     "policies\"), the pod invariants and the band conversion. With a cluster "
+                                     "state, also a policy and binding per ClusterColocationProfile that refuse "
+                                     "the pods it matches unconverted, and the band conversion with the pods of "
+                                     "profiles that skip it left out. "
                                      "Offline; the apiserver enforces them while the webhook is down.")
     pol.add_argument("-o", "--output", choices=("yaml", "json"), default="yaml",
                      help="a YAML stream, or a JSON v1 List")
@@ -482,10 +543,10 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                       "refusing its unconverted pods while the webhook is down",
                  "the same from this cluster's profiles (listed first)")
     pol.add_argument("--check", type=Path, metavar="FILE",
-                     help="instead of printing: compare with the applied profile policies and bindings in FILE "
-                          "(kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings -l "
-                          "app.kubernetes.io/component=profile-policy -o yaml; - reads stdin); exit 1 and list "
-                          "each one missing, stale or left over")
+                     help="instead of printing: compare, field by field, with the applied policies and bindings in "
+                          "FILE (kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings -l "
+                          "app.kubernetes.io/part-of=colocation-webhook -o yaml; - reads stdin); exit 1 and list "
+                          "each one missing, edited, stale or left over")
     pol.set_defaults(func=policies)
 
     c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service",

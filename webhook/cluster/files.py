@@ -1,11 +1,13 @@
 """The ``files`` source: a folder of YAML/JSON manifests, the same files one would ``kubectl apply``.
 
-Loading is all-or-nothing: a file that does not parse, an object with a field its kind does not have (kubectl's
-strict field validation, ``webhook/cluster/strict.py``) or a kind that can only be a mistake (``kind_verdict``) is
-reported with its path and line and the previous state stays in place. What is no object of the state (another
-kind, another tool's file: kustomize's, an AdmissionConfiguration) is skipped and named in one note per load.
-Only what is read of each object is kept (``kept``, as the live source keeps it). ``FilesSource.watch`` reloads on
-change (watchfiles).
+Loading is all-or-nothing: a folder or file that cannot be read, a file that does not parse, an object with a field
+its kind does not have (kubectl's strict field validation, ``webhook/cluster/strict.py``), one the apiserver would
+refuse (``webhook/core/validation.py``: a PriorityClass ``value: "high"``, two ``globalDefault`` classes, two objects
+of one name) or a kind that can only be a mistake (``kind_verdict``) is reported with its path and line and the
+previous state stays in place: never an empty or partial state. What is no object of the state (another kind,
+another tool's file: kustomize's, an AdmissionConfiguration) is skipped and named in one note per load. Only what is
+read of each object is kept (``kept``, as the live source keeps it). ``FilesSource.watch`` reloads on change
+(watchfiles).
 """
 
 from __future__ import annotations
@@ -15,7 +17,10 @@ import ctypes
 import functools
 import gc
 import logging
+import os
 import pickle
+import re
+import stat
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -26,11 +31,16 @@ import yaml
 
 from webhook.cluster.state import KINDS, WEBHOOK_KINDS, ClusterState, Key, kept, object_key
 from webhook.cluster.strict import describe_unknown, kind_verdict, prepare, unknown_fields
+from webhook.core.fielderrors import aggregate
+from webhook.core.validation import already_exists, object_errors, second_default
 
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
+_REWATCH_SECONDS = 5.0
+KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml")  # the names kustomize reads in a folder
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+YAML_LOADER: type[yaml.SafeLoader] = _LOADER  # the C parser where PyYAML has it: safe, 10 times as fast
 
 
 class StateFileError(ValueError):
@@ -116,15 +126,26 @@ def _child(node: Any, part: str | int) -> tuple[int, Any] | None:
     return None
 
 
+def _node_of(path: Path, line: int) -> Any:
+    """The YAML node of the document starting at ``line`` of ``path``, composed again (orjson keeps no positions,
+    and a YAML document's nodes are not kept past its load); None if the file no longer reads."""
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":  # JSON is YAML: composed only to point at a field
+            return yaml.compose(text, Loader=_LOADER)
+        for node in yaml.compose_all(text, Loader=_LOADER):
+            if node is not None and node.start_mark.line + 1 == line:
+                return node
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        pass
+    return None
+
+
 def _line_of(origin: Origin, field_path: tuple[str | int, ...] = ()) -> int:
     """The line of the field at ``field_path`` in the object (or of the nearest part of the path found)."""
     path, line, node, prefix = origin
-    if node is None and path.suffix == ".json":
-        # orjson keeps no positions; JSON is YAML, so compose it once more, only to point at the field
-        try:
-            node = yaml.compose(path.read_text(encoding="utf-8"), Loader=_LOADER)
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            node = None
+    if node is None:
+        node = _node_of(path, line)
     for part in (*prefix, *field_path):
         found = _child(node, part)
         if found is None:
@@ -181,6 +202,60 @@ def _refused(origin: Origin, why: str) -> StateFileError:
     return StateFileError(f"{origin[0]}:{_line_of(origin)}: {why}")
 
 
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def manifest_files(folder: Path) -> list[Path]:
+    """Every ``*.yaml``, ``*.yml`` and ``*.json`` file under ``folder``, sorted; StateFileError naming the first
+    folder that cannot be listed, or entry that cannot be looked at (a symlink to nothing, no permission): a part of
+    the folder left unread would be a state without its objects.
+
+    Symlinks are followed, to files and folders (a folder reached twice is read once). Hidden entries (a name
+    starting with ``.``: ``.git``, the ``..data`` link and ``..2024_...`` folder of a mounted ConfigMap, whose files
+    the folder also holds as links) are not read."""
+    try:
+        info = folder.stat()
+    except FileNotFoundError:
+        raise StateFileError(f"{folder}: cluster state folder does not exist") from None
+    except OSError as exc:
+        raise StateFileError(f"{folder}: cannot read: {_why(exc)}") from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise StateFileError(f"{folder}: is a file, not a folder; the cluster state is a folder of manifests")
+    found: list[Path] = []
+    seen: set[str] = set()
+    todo = [folder]
+    while todo:
+        here = todo.pop()
+        real = os.path.realpath(here)
+        if real in seen:
+            continue
+        seen.add(real)
+        try:
+            with os.scandir(here) as entries:
+                listed = sorted(entries, key=lambda e: e.name)
+        except OSError as exc:
+            raise StateFileError(f"{here}: cannot list the folder: {_why(exc)}") from None
+        for entry in listed:
+            if entry.name.startswith("."):
+                continue
+            path = Path(entry.path)
+            try:
+                mode = os.stat(path).st_mode  # through a symlink
+            except FileNotFoundError:
+                if not entry.is_symlink():
+                    continue  # removed since it was listed: the reload it causes reads the folder again
+                raise StateFileError(f"{path}: cannot read: a symlink to {os.readlink(path)}, which does not "
+                                     "exist") from None
+            except OSError as exc:
+                raise StateFileError(f"{path}: cannot read: {_why(exc)}") from None
+            if stat.S_ISDIR(mode):
+                todo.append(path)
+            elif stat.S_ISREG(mode) and path.suffix in SUFFIXES:
+                found.append(path)
+    return sorted(found)
+
+
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off while files load (or a large review is decoded and answered,
@@ -223,8 +298,6 @@ def _load(folder: Path, locate: str | None = None, read: Iterable[str] = tuple(K
     stayed resident at many times the objects' size (bench/state_memory.py --source files). Unpickled after, they
     fill memory of their own, side by side, and what they share (the strings ``kept`` interns) stays shared.
     """
-    if not folder.is_dir():
-        raise StateFileError(f"{folder}: cluster state folder does not exist or is not a folder")
     read = tuple(read)
     # The types of the webhook's kinds (a cluster has thousands of those objects) looked up before the parse; a
     # node's pods and the node are few, and their types many (150 modules of the client, 7 MiB).
@@ -249,11 +322,43 @@ def malloc_trim() -> Callable[[int], object] | None:
         return None
 
 
+def _resource(kind: str) -> str:
+    """``priorityclasses.scheduling.k8s.io``, ``namespaces``: how the apiserver names a kind's resource."""
+    k = KINDS[kind]
+    return f"{k.plural}.{k.group}" if k.group else k.plural
+
+
+def _profile_error(obj: dict[str, Any]) -> tuple[tuple[str | int, ...], str] | None:
+    """Why the webhook could never apply a ClusterColocationProfile (``compile_profile``, the same checks the
+    live source's profiles get), with where in the object, or None."""
+    from webhook.admission.domain.profiles import compile_profile  # only for a folder that holds profiles
+
+    error = compile_profile(obj).error
+    if error is None:
+        return None
+    head = error.split(":", 1)[0]
+    parts: list[str | int] = [int(p) if p.isdigit() else p for p in re.findall(r"[^.\[\]]+", head)]
+    if parts and parts[0] not in ("spec", "metadata"):
+        parts.insert(0, "spec")
+    return tuple(parts), error
+
+
+def _where(origin: Origin) -> str:
+    return f"{origin[0]}:{_line_of(origin)}"
+
+
 def _parse(folder: Path, locate: str | None, read: tuple[str, ...]) -> _Loaded:
     """Parse every file. YAML nodes are only looked at while their document is loaded: kept for every object,
-    they would cost many times the objects' own memory."""
+    they would cost many times the objects' own memory (an object's origin is kept without its node, and found
+    again only for an error)."""
     loaded = _Loaded({k: [] for k in read}, {}, [])
-    for path in sorted(p for p in folder.rglob("*") if p.suffix in SUFFIXES and p.is_file()):
+    first: dict[tuple[str, str, str], Origin] = {}     # where each object was, to name both of two
+    default: tuple[str, Origin] | None = None          # the globalDefault PriorityClass, and where
+    files = manifest_files(folder)
+    # A kustomize overlay's patch looks like the object it patches: a second object of that name.
+    overlay = ("; a kustomize overlay's patch is no object of its own: give the state kustomize builds "
+               "(kubectl kustomize DIR > FILE)" if any(f.name in KUSTOMIZATIONS for f in files) else "")
+    for path in files:
         for line, doc, node in _documents(path):
             for obj, origin in _flatten((path, line, node, ()), doc):
                 # Every kind a state holds is checked, whichever program reads the folder: one verdict for both.
@@ -264,13 +369,36 @@ def _parse(folder: Path, locate: str | None, read: tuple[str, ...]) -> _Loaded:
                     continue
                 kind = obj["kind"]
                 meta = obj["metadata"]
+                # The apiserver puts a namespaced object without one in the request's namespace (kubectl's:
+                # default) and drops the namespace of a cluster-scoped one (rest.BeforeCreate).
                 if KINDS[kind].namespaced and not meta.get("namespace"):
                     meta["namespace"] = "default"
+                elif not KINDS[kind].namespaced:
+                    meta.pop("namespace", None)
                 # kubectl's strict field validation: a misspelled field is an error, never a default
                 unknown = unknown_fields(obj)
                 if unknown:
                     raise StateFileError(f"{path}:{_line_of(origin, unknown[0])}: {_describe(obj)}: "
                                          f"{describe_unknown(unknown)}")
+                # What the apiserver would refuse, in its words: the first error's line, every error.
+                errors = object_errors(obj)
+                if kind == "ClusterColocationProfile" and not errors:
+                    bad = _profile_error(obj)
+                    errors = [bad] if bad is not None else []
+                if errors:
+                    raise StateFileError(f"{path}:{_line_of(origin, errors[0][0])}: {_describe(obj)}: "
+                                         f"{aggregate(text for _, text in errors)}")
+                key = (kind, meta.get("namespace") or "", meta["name"])
+                if key in first:
+                    raise StateFileError(f"{path}:{_line_of(origin)}: {_describe(obj)}: "
+                                         f"{already_exists(_resource(kind), meta['name'])}; it is also at "
+                                         f"{_where(first[key])}, and a state holds each object once{overlay}")
+                first[key] = (path, line, None, origin[3])  # no node kept: found again for an error
+                if kind == "PriorityClass" and obj.get("globalDefault") is True:
+                    if default is not None:
+                        raise StateFileError(f"{path}:{_line_of(origin, ('globalDefault',))}: {_describe(obj)}: "
+                                             f"{second_default(default[0])} (at {_where(default[1])})")
+                    default = (meta["name"], (path, line, None, origin[3]))
                 if kind not in read:  # the other program's (the agent's Pods, the webhook's profiles)
                     loaded.skipped.append((str(path.relative_to(folder)), kind))
                     continue
@@ -337,15 +465,18 @@ class FilesSource:
             self._skipped = note
 
     def reload(self) -> bool:
-        """Reload after a change; on error keep the last good state and report it (each new error once)."""
+        """Reload after a change; on error keep the last good state and report it (each new error once), in the
+        state too (``ClusterState.reload_failed``: the metrics say it)."""
         previous = self.last_error
         try:
             self.load()
-        except StateFileError as exc:
-            self.last_error = str(exc)
+        except Exception as exc:  # whatever it is, the last good state stays and it is said
+            self.last_error = str(exc) if isinstance(exc, StateFileError) else f"{type(exc).__name__}: {exc}"
+            self.state.reload_failed(self.last_error)
             if self.last_error != previous:
-                log.error("cluster state reload failed, keeping the last good state: %s", exc)
+                log.error("cluster state reload failed, keeping the last good state: %s", self.last_error)
             return False
+        self.state.reload_failed(None)
         if previous is not None:
             log.info("cluster state recovered: reloaded from %s: %s", self.folder, self.state.counts())
         else:
@@ -378,8 +509,18 @@ class FilesSource:
             self._thread.join(timeout=5)
 
     def _watch(self) -> None:
+        """Reload on every change until stopped. A watch that fails (the folder removed, or made unreadable) is
+        said once, and the folder read again and watched anew every few seconds, the last good state served."""
         from watchfiles import watch
 
-        for _changes in watch(self.folder, stop_event=self._stop, debounce=200, rust_timeout=500,
-                              yield_on_timeout=False, raise_interrupt=False):
-            self.reload()
+        while not self._stop.is_set():
+            try:
+                for _changes in watch(self.folder, stop_event=self._stop, debounce=200, rust_timeout=500,
+                                      yield_on_timeout=False, raise_interrupt=False):
+                    self.reload()
+            except Exception as exc:  # a thread that dies would stop every reload, unsaid
+                if self.last_error is None:
+                    log.error("cannot watch the cluster state folder %s (%s: %s); reading it again every %g s",
+                              self.folder, type(exc).__name__, exc, _REWATCH_SECONDS)
+                if not self._stop.wait(_REWATCH_SECONDS):
+                    self.reload()

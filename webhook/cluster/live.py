@@ -61,6 +61,7 @@ from webhook.cluster.state import (
     object_key,
 )
 from webhook.cluster.strict import CUSTOM_KINDS, check
+from webhook.core.validation import object_problem
 
 __all__ = ["KindStatus", "LiveSource", "LiveSourceError", "Timing", "api_client", "paginated"]
 
@@ -578,17 +579,17 @@ class _Reflector:
         return self.name is None or (obj.get("metadata") or {}).get("name") == self.name
 
     def _check(self, obj: dict[str, Any]) -> str | None:
-        """Why ``obj`` must not be used (unknown fields), logged once per object and reason; None if fine."""
-        if not self.checked:
-            return None
-        why = check(obj)
+        """Why ``obj`` must not be used (unknown fields, or what the apiserver's checks refuse: the same
+        ``object_problem`` the files source applies), logged once per object and reason; None if fine."""
+        why = (check(obj) if self.checked else None) or object_problem(obj)
         key = object_key(obj)
         # The state holds the marks this reflector set (replace and delete clear what left the cluster).
         if why != self.source.state.invalid(self.kind.kind).get(key):
+            name = f"{key[0]}/{key[1]}" if key[0] else key[1]
             if why is not None:
-                log.warning("%s %s: %s; not applied until it is fixed", self.label, key[1], why)
+                log.warning("%s %s: %s; not applied until it is fixed", self.label, name, why)
             else:
-                log.info("%s %s: fixed, applied again", self.label, key[1])
+                log.info("%s %s: fixed, applied again", self.label, name)
         return why
 
     # -- watch ----------------------------------------------------------------------------

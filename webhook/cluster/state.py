@@ -1,8 +1,10 @@
 """The read-only cluster view both programs query, kept in memory as raw dicts.
 
 A source (``files`` or ``live``) writes into a ``ClusterState``; rules and the agent only read.
-A source may mark an object invalid (a ClusterColocationProfile with an unknown field, from the live source): it
-stays visible, with the reason, so the rules can fail closed and say why.
+A source may mark an object invalid: one the apiserver's checks refuse (``webhook/core/validation.py``), or a
+ClusterColocationProfile with an unknown field, from the live source. A profile stays visible, with the reason, so
+the rules can fail closed and say why; an object of another kind is left out (a rule never reads it), its reason
+kept for the metrics.
 
 A watch event costs O(1): the object is set in its kind's dict in place (a reader takes one object at a time, or
 a snapshot with ``list()``, which the interpreter makes without letting a writer in between). What is derived from
@@ -65,6 +67,9 @@ WEBHOOK_KINDS = ("PriorityClass", "Namespace", "ResourceQuota", "LimitRange", "C
 AGENT_KINDS = ("Node", "Pod", "ConfigMap")
 
 Key = tuple[str, str]  # (namespace or "", name)
+# The kinds whose invalid objects stay in the state, marked (the rules fail closed on them and say why); an invalid
+# object of any other kind is left out.
+KEPT_WHEN_INVALID = frozenset({"ClusterColocationProfile"})
 
 
 def _meta(obj: dict[str, Any], field: str) -> Any:
@@ -169,6 +174,9 @@ class ClusterState:
         self._derived: dict[str, dict[str, Any]] = {k: {} for k in self.kinds}   # kind -> key -> value
         self._last: dict[str, Any] = {}   # key -> the value last built, kept across changes (one per key)
         self.generation = 0
+        # The files source's last reload, when it failed (the last good state is served) and how often it did.
+        self.reload_error: str | None = None
+        self.failed_reloads = 0
         # Written by the live source only (a folder is the truth it holds, so it has no age): per kind, when the
         # cache was last known current (time.monotonic(): its last list, event, bookmark or watch ended by the
         # server) and when it was last listed whole (Unix time).
@@ -178,7 +186,10 @@ class ClusterState:
 
     # -- writes (sources) -------------------------------------------------------------
     def replace(self, kind: str, objects: Iterable[dict[str, Any]], invalid: Mapping[Key, str] | None = None) -> None:
+        marks = invalid or {}
         fresh = {object_key(o): o for o in objects}
+        if marks and kind not in KEPT_WHEN_INVALID:  # left out, their reasons kept
+            fresh = {key: o for key, o in fresh.items() if key not in marks}
         with self._lock:
             self._objects[kind] = fresh
             self._invalid[kind] = dict(invalid or {})
@@ -199,6 +210,11 @@ class ClusterState:
         key = object_key(obj)
         with self._lock:
             objects = self._objects.setdefault(kind, {})
+            if invalid is not None and kind not in KEPT_WHEN_INVALID:  # left out: as if deleted, its reason kept
+                gone = objects.pop(key, None)
+                if self._mark(kind, key, invalid) or gone is not None:
+                    self._touch(kind)
+                return
             old = objects.get(key)
             objects[key] = obj
             marked = self._mark(kind, key, invalid)
@@ -225,6 +241,12 @@ class ClusterState:
             marks[key] = invalid
         self._invalid[kind] = marks
         return True
+
+    def reload_failed(self, error: str | None) -> None:
+        """The files source's reload failed (``error``: why; the last good state stays), or succeeded (None)."""
+        if error is not None:
+            self.failed_reloads += 1
+        self.reload_error = error
 
     def mark_synced(self, kind: str) -> None:
         with self._lock:
@@ -289,8 +311,13 @@ class ClusterState:
         return self._objects.get(kind, {}).get((namespace, name))
 
     def invalid(self, kind: str) -> Mapping[Key, str]:
-        """The objects of ``kind`` a source marked invalid, with the reason (rules must not use them)."""
+        """The objects of ``kind`` a source marked invalid, with the reason (rules must not use them): for a kind
+        not in ``KEPT_WHEN_INVALID``, the objects left out."""
         return self._invalid.get(kind, {})
+
+    def invalid_counts(self) -> dict[str, int]:
+        """Per kind, how many objects a source refused (left out, or kept marked)."""
+        return {k: len(self._invalid.get(k, {})) for k in self.kinds}
 
     def derived(self, kind: str, key: str, build: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """``build(*args)``, a value computed from the objects of ``kind``, rebuilt after that kind changes in a

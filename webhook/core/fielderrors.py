@@ -15,9 +15,21 @@ def go_quote(value: str) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def go_value(value: object) -> str:
+    """A bad value as ``field.Error`` prints it: strings quoted, numbers and booleans bare (``%v``), anything else
+    as compact JSON (``json.Marshal``)."""
+    if isinstance(value, str):
+        return go_quote(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
 def invalid(path: str, value: object, detail: str) -> str:
     """``<path>: Invalid value: "<value>": <detail>`` (strings quoted, numbers bare, as upstream)."""
-    shown = go_quote(value) if isinstance(value, str) else str(value)
+    shown = go_value(value)
     return f"{path}: Invalid value: {shown}: {detail}" if detail else f"{path}: Invalid value: {shown}"
 
 
@@ -27,6 +39,21 @@ def required(path: str, detail: str) -> str:
 
 def forbidden(path: str, detail: str) -> str:
     return f"{path}: Forbidden: {detail}" if detail else f"{path}: Forbidden"
+
+
+def not_supported(path: str, value: object, supported: Iterable[str]) -> str:
+    """``<path>: Unsupported value: "<value>": supported values: "a", "b"`` (``field.NotSupported``)."""
+    values = ", ".join(go_quote(v) for v in supported)
+    return f"{path}: Unsupported value: {go_value(value)}: supported values: {values}"
+
+
+def duplicate(path: str, value: object) -> str:
+    return f"{path}: Duplicate value: {go_value(value)}"
+
+
+def too_long(path: str, limit: int) -> str:
+    """``field.TooLong``: ``<path>: Too long: may not be more than <limit> bytes``."""
+    return f"{path}: Too long: may not be more than {limit} {'byte' if limit == 1 else 'bytes'}"
 
 
 def aggregate(errors: Iterable[str]) -> str:

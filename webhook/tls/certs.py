@@ -383,7 +383,7 @@ def generate_for_service(folder: Path, service: str, namespace: str, days: int =
         try:
             ca = existing_ca(paths)
         except CertsError as exc:  # a CA that may be in a caBundle by now is replaced only when asked
-            raise CertsError(f"{exc}; a new CA changes the caBundle: give --new-ca to make one") from None
+            raise CertsError(f"{exc}; a new CA changes the caBundle: give --force --new-ca to make one") from None
     generate(folder, names, days=days, common_name=f"{service}.{namespace}.svc", ca=ca)
     how = "signed by the existing CA (caBundle unchanged)" if ca is not None else "with a new CA"
     until = x509.load_pem_x509_certificate(paths.cert.read_bytes()).not_valid_after_utc
