@@ -76,16 +76,28 @@ class Lines(logging.Handler):
 
 @pytest.fixture()
 def lines() -> Iterator[Lines]:
+    """Every line at INFO and above, whatever levels earlier tests of the worker left (``audit`` quiets
+    ``webhook.admission``)."""
     handler = Lines()
     root = logging.getLogger()
-    level = root.level
+    loggers = [root, logging.getLogger("webhook.admission"), logging.getLogger(LOGGER)]
+    levels = [lg.level for lg in loggers]
     root.addHandler(handler)
     root.setLevel(logging.INFO)
+    for lg in loggers[1:]:
+        lg.setLevel(logging.NOTSET)
     try:
         yield handler
     finally:
         root.removeHandler(handler)
-        root.setLevel(level)
+        for lg, level in zip(loggers, levels, strict=True):
+            lg.setLevel(level)
+
+
+def settled(state: ClusterState) -> None:
+    """Every kind synced, and its line logged (the state is marked synced a moment before the line)."""
+    wait_for(lambda: state.ready, what="first sync")
+    time.sleep(0.3)
 
 
 @contextmanager
@@ -184,7 +196,7 @@ def test_a_minute_of_trouble_is_at_most_ten_lines(tmp_path: Path, lines: Lines, 
         serve_webhook_kinds(api)
         state = ClusterState(WEBHOOK_KINDS)
         with behind_proxy(api, state, tmp_path) as (src, proxy):
-            wait_for(lambda: state.ready, what="first sync")
+            settled(state)
             mark = lines.mark()
             errors_before = sum(s.errors for s in src.status().values())
             proxy.mode = mode
@@ -301,7 +313,7 @@ def test_a_quiet_kind_is_never_cut(tmp_path: Path, lines: Lines) -> None:
         state = ClusterState(WEBHOOK_KINDS)
         timing = Timing(watch_timeout=1, read_margin=0.5, list_read_timeout=1)
         with behind_proxy(api, state, tmp_path, timing) as (src, _):
-            wait_for(lambda: state.ready, what="first sync")
+            settled(state)
             mark = lines.mark()
             oldest = 0.0
             deadline = time.monotonic() + 4.5
