@@ -47,7 +47,8 @@ class Route:
     headers: dict[str, str] = field(default_factory=dict)
     watch: bool | None = None             # answer watch requests (True) or not; None = watch iff body_lines
     respond: Callable[[Received], tuple[int, Any]] | None = None  # (status, JSON body) from the request
-    reset: bool = False                   # a watch whose connection is reset after its lines (no end of stream)
+    reset: bool = False                   # a watch whose connection is reset after its lines (no end of stream),
+                                          # ``close_after`` seconds after the start (a middlebox's idle timeout)
 
     def matches(self, method: str, path: str, query: dict[str, str]) -> bool:
         if method != self.method or path != self.path:
@@ -195,6 +196,9 @@ class ReplayAPIServer:
                             break
                         self._chunk(json.dumps(line).encode() + b"\n")
                     if route.reset:  # an apiserver that dies mid-watch: RST, no final chunk
+                        wait = start + route.close_after / outer.speed - time.monotonic()
+                        if wait > 0:
+                            outer._stop.wait(wait)
                         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                         self.close_connection = True
                         return

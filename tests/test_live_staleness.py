@@ -404,3 +404,25 @@ def test_a_folder_state_has_no_age(cert_dir: Path, example_state: ClusterState) 
     with run_server(example_state, cert_dir) as web, web.client() as http:
         assert "colocation_webhook_cache_age_seconds{" not in web.metrics()
         assert http.get("/readyz").text == "ok"
+
+
+def test_a_middlebox_that_cuts_quiet_watches_leaves_the_cache_current(tmp_path: Path, lines: Lines) -> None:
+    """A proxy that resets a quiet connection after a second (HAProxy's "timeout client", shorter than the
+    server's timeoutSeconds): each cut is one reconnect from the same resourceVersion, which the API server answers
+    with whatever came after it, so the cache stays current, /readyz stays 200 and nothing is said."""
+    with ReplayAPIServer(speed=1) as api:
+        api.add_exchange("priorityclasses-list")
+        api.add(Route(method="GET", path=PC, status=200, body_lines=[], reset=True, close_after=1.0))
+        state = ClusterState(("PriorityClass",))
+        state.max_age = 2.0
+        with behind_proxy(api, state, tmp_path, Timing(watch_timeout=30, read_margin=5, backoff_initial=0.1)) as (src, _):
+            settled(state)
+            mark = lines.mark()
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline:
+                assert state.not_ready_reason() is None
+                time.sleep(0.05)
+            status = src.status()["PriorityClass"]
+            assert status.lists == 1 and status.watches >= 4 and status.errors >= 3
+            assert {q["resourceVersion"] for q in watches(api, PC)} == {"345"}
+        assert lines.since(mark) == []

@@ -407,7 +407,7 @@ class _Reflector:
         self.backoff = Backoff(source.timing)
         self.report = KindReport(source.timing.summary_every)
         self.started = time.monotonic()
-        self.current_at: float | None = None   # time.monotonic() of the last list, event, bookmark or watch end
+        self.current_at: float | None = None   # time.monotonic() of the last list, event, bookmark, watch open or end
         self._active: urllib3.HTTPResponse | None = None
         self._lock = threading.Lock()
         self.thread = threading.Thread(target=self.run, name=f"live-{kind.kind}", daemon=True)
@@ -615,6 +615,10 @@ class _Reflector:
         said = self._recovered()
         if said is not None:
             log.info("%s", said)
+        # Opened from the last resourceVersion applied, the watch sends at once whatever came after it, so the cache
+        # is current again now. A middlebox that cuts quiet connections before the server's timeoutSeconds (an
+        # HAProxy with "timeout client 20s") then costs a reconnect, not an ever older cache.
+        self._current()
         state, kind = src.state, self.kind.kind
         events = 0
         ended = False
