@@ -237,6 +237,21 @@ def cluster() -> Iterator[Cluster]:
         yield made(kubeconfig, True)
 
 
+@contextmanager
+def for_tests() -> Iterator[Cluster]:
+    """The tier's apiserver for a test module's fixture: skipped, with the reason, when there is none or it is
+    older than 1.30."""
+    import pytest  # only the tests need it; `python -m tests.real_apiserver` does not
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with cluster() as c:
+        if c.minor < MIN_MINOR:
+            pytest.skip(f"the apiserver is {c.version}: the tier needs 1.{MIN_MINOR} or newer")
+        yield c
+
+
 if __name__ == "__main__":  # start one by hand: python -m tests.real_apiserver (stops on Enter or Ctrl-C)
     reason = skip_reason()
     if reason:

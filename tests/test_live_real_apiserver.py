@@ -35,10 +35,7 @@ FAST = Timing().scaled(0.05)
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[real_apiserver.Cluster]:
-    reason = real_apiserver.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with real_apiserver.cluster() as c:
+    with real_apiserver.for_tests() as c:
         created = []
         for name in ("namespace.yaml", "crd-clustercolocationprofiles.yaml", "priorityclasses.yaml",
                      "slo-controller-config.yaml"):

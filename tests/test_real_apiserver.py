@@ -54,12 +54,7 @@ DENIED = "denied request: "
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[real_apiserver.Cluster]:
-    reason = real_apiserver.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with real_apiserver.cluster() as c:
-        if c.minor < real_apiserver.MIN_MINOR:
-            pytest.skip(f"the apiserver is {c.version}: the policies need 1.{real_apiserver.MIN_MINOR} or newer")
+    with real_apiserver.for_tests() as c:
         c.kubectl("apply", "--server-side", "-f", str(MANIFESTS / "koordinator" / "crd-clustercolocationprofiles.yaml"))
         c.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                   "crd/clustercolocationprofiles.config.koordinator.sh")

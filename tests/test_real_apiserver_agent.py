@@ -217,12 +217,7 @@ def _tear_down(s: Scene, had: set[str]) -> None:
 
 @pytest.fixture(scope="module")
 def scene() -> Iterator[Scene]:
-    reason = real_apiserver.skip_reason()
-    if reason:
-        pytest.skip(reason)
-    with real_apiserver.cluster() as c:
-        if c.minor < real_apiserver.MIN_MINOR:
-            pytest.skip(f"the apiserver is {c.version}: the policies need 1.{real_apiserver.MIN_MINOR} or newer")
+    with real_apiserver.for_tests() as c:
         had = {n.rsplit("/", 1)[1] for n in c.kubectl("get", "validatingadmissionpolicies", "-o", "name").stdout.split()}
         s = Scene(c, opt_in="colocation-agent-eviction-node" in had)
         try:
