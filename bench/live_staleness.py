@@ -33,6 +33,7 @@ import argparse
 import logging
 import os
 import re
+import shutil
 import sys
 import tempfile
 import threading
@@ -187,6 +188,7 @@ def main() -> int:
             print(f"quiet watches while ConfigMaps change in another namespace every {10 * scale:g} s:")
             for kind in WEBHOOK_KINDS:
                 print(f"  {kind:24} {', '.join(quiet.get(kind, ['(no answer)']))}")
+            shutil.rmtree(folder, ignore_errors=True)
             cluster.kubectl("delete", "namespace", bench_ns, "--wait=false", check=False)
             for path in reversed(created):
                 cluster.kubectl("delete", "-f", str(path), "--wait=false", check=False)
