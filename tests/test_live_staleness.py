@@ -157,11 +157,16 @@ def test_a_silent_partition_is_said_measured_and_mended(tmp_path: Path, lines: L
             else:
                 time.sleep(0.3 * MINUTE)
                 api.routes.insert(0, labelled)   # changed 18 s (scaled: 1.8 s) into the fault
-            wait_for(lambda: all(s.silent or s.lists > before[k] for k, s in src.status().items()),
+            def said_now() -> list[str]:
+                return [m for m in messages(lines.since(mark)) if " no data from the API server " in m]
+
+            # Each kind says it once its own (jittered) deadline passes: wait for every line, not the first state.
+            wait_for(lambda: len({m.split(":")[0] for m in said_now()}) == len(WEBHOOK_KINDS),
                      timeout=FAST.longest_silence + 1.5, what="every kind to notice its silent watch")
             noticed = time.monotonic() - dropped
             assert noticed <= FAST.longest_silence + 0.5
-            said = [m for m in messages(lines.since(mark)) if " no data from the API server " in m]
+            assert all(s.silent or s.lists > before[k] for k, s in src.status().items())
+            said = said_now()
             assert sorted(m.split(":")[0] for m in said) == sorted(f"WARNING {k}" for k in WEBHOOK_KINDS)
             assert all(m.endswith("and relisting") for m in said)
             if partition >= FAST.longest_silence:
