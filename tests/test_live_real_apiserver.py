@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.live_staleness import Lines  # the bench's own log handler: one copy
 from tests import real_apiserver
 from tests.tcp_proxy import TCPProxy
 from tests.test_live_source import wait_for
@@ -48,15 +49,6 @@ def cluster() -> Iterator[real_apiserver.Cluster]:
         yield c
         for path in reversed(created):
             c.kubectl("delete", "-f", str(path), "--wait=false", check=False)
-
-
-class Lines(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
 
 
 def test_on_a_real_apiserver_quiet_kinds_stay_a_blackhole_is_seen_and_resets_are_few_lines(
