@@ -1,7 +1,7 @@
 """manifests/components/admission-policies: the stateless validating rules as a ValidatingAdmissionPolicy, proven
 equal to the webhook's validating chain.
 
-The policy is generated (``webhook.admission.policies``); the committed manifest must be what the generator renders.
+The policy is generated (``webhook.policies.invariants``); the committed manifest must be what the generator renders.
 Each review goes through the real chain (``chain.validate``, an empty cluster state: the quota rules, which need
 one, are not in the policy) and through the policy as the apiserver evaluates it (``tests/admission_policy.py``,
 cel-python with the Kubernetes quantity, lists and strings functions): the verdicts must agree, and the messages
@@ -25,12 +25,13 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from webhook.admission import chain, policies
+from webhook.admission import chain
 from webhook.admission.response import Decision
 from webhook.admission.review import request_from_dict
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 from webhook.core.fielderrors import aggregate
+from webhook.policies import invariants as policies
 
 pytest.importorskip("celpy", reason="cel-python is a test extra: pip install -e '.[test]'")
 from tests.admission_policy import Outcome, Policy, policy_and_binding  # after the skip: it needs celpy
@@ -55,7 +56,7 @@ def policy() -> Policy:
 
 # -- one source ----------------------------------------------------------------------------------------------------
 def test_the_committed_manifest_is_what_the_generator_renders() -> None:
-    assert MANIFEST.read_text() == policies.render(), "run: python -m webhook.admission.policies > " + str(
+    assert MANIFEST.read_text() == policies.render(), "run: python -m webhook.policies.invariants > " + str(
         MANIFEST.relative_to(ROOT))
 
 

@@ -17,7 +17,8 @@ pytest.importorskip("cel_expr_python", reason="cel-expr-python is a test extra: 
 
 from tests import cel_check  # after the skip: it needs cel-expr-python
 from tests import mutating as m
-from webhook.admission import policies, profile_policies
+from webhook.policies import invariants as policies
+from webhook.policies import profiles as profile_policies
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")

@@ -10,9 +10,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.mutating import make_state, pod, priority_class, request
 from webhook.admission import chain
-from webhook.admission.metrics import Metrics
 from webhook.admission.response import Denial
 from webhook.cluster.state import ClusterState
+from webhook.server.metrics import Metrics
 
 NAME = "colocation_webhook_rule_duration_seconds"
 

@@ -202,7 +202,7 @@ def _judge(prog: str, argv: list[str], r: subprocess.CompletedProcess[str], wher
 
 def test_every_subcommand_answers_bad_input_in_one_line_with_a_documented_code(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from webhook.admission.serving import AdmissionServer
+    from webhook.server.serving import AdmissionServer
 
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.setattr(AdmissionServer, "run", _would_serve)
@@ -239,7 +239,7 @@ def test_the_in_process_run_sees_what_a_process_would(tmp_path: Path, monkeypatc
     assert crashed.returncode == 1 and "Traceback" in crashed.stderr and "ZeroDivisionError: a bug" in crashed.stderr
     assert (_judge(W, ["review", POD], crashed, "x") or "").startswith("a traceback")
 
-    from webhook.admission.serving import AdmissionServer
+    from webhook.server.serving import AdmissionServer
 
     monkeypatch.setattr(AdmissionServer, "run", _would_serve)
     served = _in_process(W, ["serve", "--host", "127.0.0.1", "--port", _port(), "--metrics-port", "0", "--cert-dir",

@@ -137,8 +137,8 @@ def test_review_prints_warnings_whole(tmp_path: Path, capsys: pytest.CaptureFixt
 def test_the_server_still_cuts_a_warning_to_120_characters() -> None:
     from webhook.admission.context import Settings
     from webhook.admission.review import pod_review
-    from webhook.admission.service import ReviewService, dry_run
     from webhook.cli.state import cluster_state
+    from webhook.server.service import ReviewService, dry_run
 
     state, _ = cluster_state(None)
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "web", "namespace": LONG_NAMESPACE},

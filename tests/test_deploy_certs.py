@@ -26,9 +26,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.serving import free_port
-from webhook.admission.app import create_app
 from webhook.cli.webhook import main
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+from webhook.server.app import create_app
 from webhook.tls.certs import CertPaths, CertsError, check_pair, generate, service_names
 from webhook.tls.pair import served
 from webhook.tls.watch import CertWatcher, WatchingServer, pair_unusable

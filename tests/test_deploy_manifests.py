@@ -24,12 +24,12 @@ import yaml
 from cryptography import x509
 
 from tests.structural import structural_errors
-from webhook.admission.app import create_app
-from webhook.admission.asgi import ServeOptions
 from webhook.agent.domain.coexistence import Capability, parse_disabled
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, WEBHOOK_KINDS, ClusterState
 from webhook.core.selectors import matches
+from webhook.server.app import create_app
+from webhook.server.asgi import ServeOptions
 from webhook.tls.bootstrap import Target, api_calls
 from webhook.tls.certs import service_names
 

@@ -23,12 +23,12 @@ import pytest
 from tests.conftest import load_fixture
 from tests.serving import Server, run_server, tls
 from webhook.admission import chain
-from webhook.admission.asgi import EdgePolicy, ServeOptions
 from webhook.admission.context import Settings
 from webhook.admission.review import review_from_dict
 from webhook.admission.rules import batch_resources
-from webhook.admission.service import ReviewService
 from webhook.cluster.state import ClusterState
+from webhook.server.asgi import EdgePolicy, ServeOptions
+from webhook.server.service import ReviewService
 
 REVIEW = "admission/v1-mutate-create-koord-batch-init-containers.json"
 

@@ -16,9 +16,9 @@ import pytest
 import yaml
 
 from webhook.admission.context import Settings
-from webhook.admission.service import ReviewService, dry_run
 from webhook.cluster.files import FilesSource, StateFileError, load_folder
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+from webhook.server.service import ReviewService, dry_run
 
 PC = """apiVersion: scheduling.k8s.io/v1
 kind: PriorityClass

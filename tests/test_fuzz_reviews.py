@@ -192,7 +192,7 @@ def test_huge_quantity_strings_are_not_cached() -> None:
 def test_every_field_of_every_recorded_pod_with_the_wrong_type() -> None:
     """Deterministic companion of the fuzzing above: each field of each recorded pod (object and oldObject) set
     to a list, a map and a number in turn. No rule may raise: the answer is a decision or a 400 naming the field."""
-    from webhook.admission.service import ReviewService
+    from webhook.server.service import ReviewService
 
     state = ClusterState(WEBHOOK_KINDS)
     FilesSource(example_folder(), state).load()

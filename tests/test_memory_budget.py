@@ -14,10 +14,10 @@ from tests.conftest import load_fixture
 from tests.kernel import real_cgroup_root, v1_unavailable_reason
 from tests.serving import run_server
 from tests.test_edge_limits import REVIEW, big_review, head, read_response, tls
-from webhook.admission.asgi import EdgePolicy
-from webhook.admission.domain.memory_budget import MIB, SHARE, burst_cost, memory_refusal
-from webhook.admission.memory import MemoryCgroup, this_process
 from webhook.cluster.state import ClusterState
+from webhook.server.asgi import EdgePolicy
+from webhook.server.memory import MemoryCgroup, this_process
+from webhook.server.memory_budget import MIB, SHARE, burst_cost, memory_refusal
 
 LIMIT = 256 * MIB
 
@@ -85,7 +85,7 @@ def test_a_real_memory_cgroup_with_a_limit_is_found_from_inside() -> None:
     with real_cgroup_root() as cg:
         cg.mkdir("pod", controllers=("memory",))
         cg.write("memory", "pod", "memory.limit_in_bytes", str(LIMIT))
-        child = cg.spawn("pod", "from webhook.admission.memory import this_process\n"
+        child = cg.spawn("pod", "from webhook.server.memory import this_process\n"
                                 "m = this_process()\nprint(m.read() if m else None)", controllers=("memory",))
         out, err = child.communicate(timeout=60)
         assert child.returncode == 0, err

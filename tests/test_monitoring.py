@@ -28,10 +28,10 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.serving import run_server
-from webhook.admission.metrics import Metrics, ReviewFamily, RuleTimes
 from webhook.agent.metrics import AgentMetrics, Health, serve
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, ClusterState
+from webhook.server.metrics import Metrics, ReviewFamily, RuleTimes
 from webhook.tls.watch import CertWatcher
 
 ROOT = Path(__file__).resolve().parents[1]

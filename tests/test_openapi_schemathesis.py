@@ -10,10 +10,10 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 
 from tests.serving import Server, run_server
-from webhook.admission.app import create_app
 from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+from webhook.server.app import create_app
 
 
 def _state() -> ClusterState:

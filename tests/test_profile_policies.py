@@ -1,4 +1,4 @@
-"""Per-profile ValidatingAdmissionPolicies (``webhook.admission.profile_policies``): while the webhook is down, a
+"""Per-profile ValidatingAdmissionPolicies (``webhook.policies.profiles``): while the webhook is down, a
 pod a ClusterColocationProfile matches is refused unless it carries what the profile sets; every other pod is not
 their business.
 
@@ -19,9 +19,10 @@ import pytest
 import yaml
 
 from tests import mutating as m
-from webhook.admission import policies, profile_policies
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import ClusterState
+from webhook.policies import invariants as policies
+from webhook.policies import profiles as profile_policies
 
 pytest.importorskip("celpy", reason="cel-python is a test extra: pip install -e '.[test]'")
 from tests.admission_policy import Policy  # after the skip: it needs celpy
@@ -390,4 +391,4 @@ def test_the_rendered_band_policy_leaves_out_the_pods_of_profiles_that_skip_the_
 def test_the_committed_band_policy_is_what_the_generator_renders() -> None:
     path = Path(__file__).parent.parent / "manifests/components/admission-policies/band-conversion.yaml"
     assert path.read_text() == profile_policies.render_band(), \
-        f"run: python -m webhook.admission.profile_policies > {path}"
+        f"run: python -m webhook.policies.profiles > {path}"

@@ -33,10 +33,12 @@ import yaml
 
 from tests import real_apiserver
 from tests.test_admission_policies import BE, CASES, B, _container, _expected, _pod
-from webhook.admission import chain, policies, profile_policies
+from webhook.admission import chain
 from webhook.admission.review import request_from_dict
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+from webhook.policies import invariants as policies
+from webhook.policies import profiles as profile_policies
 
 pytestmark = pytest.mark.xdist_group("real-apiserver")
 

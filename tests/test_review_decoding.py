@@ -22,7 +22,6 @@ from kubernetes.client import V1ObjectMeta, V1Pod
 from tests.conftest import FIXTURES, load_fixture
 from tests.test_fuzz_reviews import mutated_review
 from webhook.admission import chain
-from webhook.admission.app import create_app
 from webhook.admission.review import (
     ObjectMeta,
     ReviewedObject,
@@ -33,6 +32,7 @@ from webhook.admission.review import (
 from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+from webhook.server.app import create_app
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "admissionreview-koord-batch.json"
 

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from webhook.admission.metrics import GO_DEFAULT_BUCKETS, LATENCY_BUCKETS, Metrics, ReviewFamily
 from webhook.cluster.state import ClusterState
+from webhook.server.metrics import GO_DEFAULT_BUCKETS, LATENCY_BUCKETS, Metrics, ReviewFamily
 
 CREATED = re.compile(r"^(\w+_created\{[^}]*\}) \S+$", re.MULTILINE)
 

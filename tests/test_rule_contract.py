@@ -16,14 +16,14 @@ import pytest
 from tests.conftest import load_fixture
 from tests.serving import recording
 from webhook.admission import chain
-from webhook.admission.app import create_app, create_server
-from webhook.admission.asgi import ASGIApp
 from webhook.admission.context import MutatingContext, MutatingFacts, Settings, ValidatingContext
 from webhook.admission.domain.patch import PatchBuilder
 from webhook.admission.response import Denial
 from webhook.admission.review import AdmissionRequest, review_from_dict
-from webhook.admission.service import ReviewService
 from webhook.cluster.state import ClusterState
+from webhook.server.app import create_app, create_server
+from webhook.server.asgi import ASGIApp
+from webhook.server.service import ReviewService
 
 ROOT = Path(__file__).resolve().parents[1]
 RULES = ROOT / "webhook" / "admission" / "rules"

@@ -246,7 +246,7 @@ def test_reviews_answer_the_same_when_mounted_under_a_prefix(example_state: Clus
 
     from fastapi import FastAPI
 
-    from webhook.admission.app import create_app
+    from webhook.server.app import create_app
 
     outer = FastAPI()
     outer.mount("/hooks", create_app(example_state))
@@ -281,7 +281,7 @@ def test_mounted_review_routes_go_through_the_review_gate(example_state: Cluster
 
     from fastapi import FastAPI
 
-    from webhook.admission.app import create_app
+    from webhook.server.app import create_app
 
     app = create_app(example_state)
     outer = FastAPI()

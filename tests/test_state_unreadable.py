@@ -130,7 +130,7 @@ def test_a_reload_that_cannot_read_keeps_the_last_good_state(base: Path) -> None
         import json, logging, os
         from pathlib import Path
         from prometheus_client import generate_latest
-        from webhook.admission.metrics import Metrics
+        from webhook.server.metrics import Metrics
         from webhook.cluster.files import FilesSource
         from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
         logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")

@@ -334,7 +334,7 @@ def test_a_files_state_refuses_what_the_apiserver_would(tmp_path: Path, name: st
 
 def test_a_reload_that_meets_an_invalid_object_keeps_the_last_good_state(tmp_path: Path,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
-    from webhook.admission.metrics import Metrics
+    from webhook.server.metrics import Metrics
 
     path = write(tmp_path, "pc.yaml", """\
         apiVersion: scheduling.k8s.io/v1
@@ -406,7 +406,7 @@ def test_a_symlinked_folder_is_read_and_a_loop_ends(tmp_path: Path) -> None:
 def test_live_leaves_out_an_invalid_object_with_one_warning_and_a_metric(tmp_path: Path,
                                                                          caplog: pytest.LogCaptureFixture) -> None:
     """No real apiserver serves such a class; a replayed one does, and the rule that reads it never raises."""
-    from webhook.admission.metrics import Metrics
+    from webhook.server.metrics import Metrics
 
     caplog.set_level(logging.INFO, logger="webhook.cluster.live")
     bad = copy.deepcopy(pc_list_body()["items"][0])

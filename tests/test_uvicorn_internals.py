@@ -1,6 +1,6 @@
 """Every uvicorn internal the HTTP edge relies on, in one table; a uvicorn that moved one fails here by its name.
 
-``webhook.admission.serving`` subclasses uvicorn's ``HttpToolsProtocol`` and ``webhook.tls.watch`` its ``Server``
+``webhook.server.serving`` subclasses uvicorn's ``HttpToolsProtocol`` and ``webhook.tls.watch`` its ``Server``
 (docs/architecture.md says why, with the measurements): they override methods uvicorn calls, call methods of
 uvicorn's from theirs, and read or set attributes uvicorn's code sets. None of that is uvicorn's documented API, so
 uvicorn is pinned to the minor series this table was checked against (``PINNED_SERIES``). To move to a new series:
@@ -33,7 +33,7 @@ import uvicorn.server
 from packaging.requirements import Requirement
 
 from bench.protocol_inprocess import Transport
-from webhook.admission.serving import AdmissionServer, GuardedProtocol
+from webhook.server.serving import AdmissionServer, GuardedProtocol
 from webhook.tls.watch import WatchingServer
 
 PINNED_SERIES = "0.54"  # the uvicorn minor series the table below was checked against

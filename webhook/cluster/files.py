@@ -259,7 +259,7 @@ def manifest_files(folder: Path) -> list[Path]:
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off while files load (or a large review is decoded and answered,
-    ``webhook.admission.offload``): parsing makes millions of containers and no cycles, and each full collection
+    ``webhook.server.offload``): parsing makes millions of containers and no cycles, and each full collection
     would trace everything parsed so far (a folder of 10 000 namespaces as one List: 4x the time). Counted, so
     pauses in two threads do not turn it back on under each other."""
     global _PAUSES

@@ -1,5 +1,5 @@
 """This process's memory cgroup: its limit and usage, read when a large review arrives (a few small files, and
-only then), for ``webhook.admission.domain.memory_budget``.
+only then), for ``webhook.server.memory_budget``.
 
 cgroup v2: ``memory.max`` and ``memory.current``; v1: ``memory.limit_in_bytes`` and ``memory.usage_in_bytes``; in
 the folder ``/proc/self/cgroup`` names, or at the mount's root (a container with its own cgroup namespace sees its

@@ -17,7 +17,11 @@ from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webhook import __version__
-from webhook.admission.asgi import (
+from webhook.admission.context import Settings
+from webhook.admission.review import AdmissionReview, Endpoint
+from webhook.cluster.freshness import STALE
+from webhook.cluster.state import ClusterState
+from webhook.server.asgi import (
     ASGIApp,
     EdgePolicy,
     Lifecycle,
@@ -29,11 +33,7 @@ from webhook.admission.asgi import (
     Send,
     review_over_asgi,
 )
-from webhook.admission.context import Settings
-from webhook.admission.review import AdmissionReview, Endpoint
-from webhook.admission.service import INTERNAL_ERROR, ReviewService, error_body
-from webhook.cluster.freshness import STALE
-from webhook.cluster.state import ClusterState
+from webhook.server.service import INTERNAL_ERROR, ReviewService, error_body
 
 JSON = "application/json"
 DRAINING = "shutting down: reviews are answered until the drain delay ends (serve --drain-delay)"

@@ -1,14 +1,14 @@
 """The HTTP edge of the reviews: the one gate every review comes through, and an outer ASGI dispatcher that hands
 POST /mutate and /validate to it and everything else to the FastAPI app.
 
-``ReviewGate`` is the one way in: the serving protocol's inline path (``webhook.admission.serving``), the ASGI
+``ReviewGate`` is the one way in: the serving protocol's inline path (``webhook.server.serving``), the ASGI
 dispatcher and the FastAPI review routes (when the app is mounted without the dispatcher) call it, and only it
 holds the edge's policy, the in-flight counts and the metrics of the HTTP edge. It bounds what reviews may cost the
 process (``EdgePolicy``): past ``max_in_flight`` reviews at once, or ``max_large_in_flight`` large ones (a body
 over ``large_body_bytes``), it answers 429 with ``Retry-After`` (Kubernetes' REST client, which the apiserver calls
 webhooks with, waits and retries on that); a review without the client certificate ``--client-ca-file`` asks for
 gets 403, a body over 3 MiB 413. Small reviews are answered in line, where any hand-off would cost more than the
-review. Large ones are answered one at a time in one worker thread (``webhook.admission.offload``), so the event
+review. Large ones are answered one at a time in one worker thread (``webhook.server.offload``), so the event
 loop keeps answering /healthz and the small reviews meanwhile.
 
 FastAPI's request and routing machinery costs about as much per review as all the rules together; the reviews are
@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequen
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.admission.domain.memory_budget import memory_refusal
-from webhook.admission.memory import MemoryCgroup
-from webhook.admission.offload import LargeReviews
 from webhook.admission.review import MAX_BODY_BYTES, REVIEW_PATHS, Endpoint
-from webhook.admission.service import INTERNAL_ERROR, Answer, ReviewService, error_body
+from webhook.server.memory import MemoryCgroup
+from webhook.server.memory_budget import memory_refusal
+from webhook.server.offload import LargeReviews
+from webhook.server.service import INTERNAL_ERROR, Answer, ReviewService, error_body
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -56,7 +56,7 @@ class EdgePolicy:
 
 @dataclass(frozen=True, slots=True)
 class ServeOptions:
-    """The listeners and their read limits (``serve``'s flags; ``webhook.admission.serving`` applies them)."""
+    """The listeners and their read limits (``serve``'s flags; ``webhook.server.serving`` applies them)."""
 
     host: str = "0.0.0.0"
     port: int = 8443
@@ -107,7 +107,7 @@ async def read_body(receive: Receive) -> bytes | Answer | None:
 def client_certificate_error(scope: Scope) -> str | None:
     """Why the connection's client certificate does not do, when the server asks for one (``--client-ca-file``;
     a certificate that does not verify fails the handshake, so what is left is one not given): the ASGI TLS
-    extension's ``client_cert_error``, which ``webhook.admission.serving`` fills in."""
+    extension's ``client_cert_error``, which ``webhook.server.serving`` fills in."""
     return certificate_error(scope.get("extensions", {}).get("tls"))
 
 

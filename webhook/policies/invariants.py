@@ -427,7 +427,7 @@ def binding() -> dict[str, Any]:
 
 
 HEADER = """\
-# Generated from the validating rules by `colocation-webhook policies` (webhook/admission/policies.py): do not
+# Generated from the validating rules by `colocation-webhook policies` (webhook/policies/invariants.py): do not
 # edit; tests/test_admission_policies.py fails when this file and the generator differ.
 """
 

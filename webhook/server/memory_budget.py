@@ -4,7 +4,7 @@ busy cluster at the same moment.
 
 The cost model, from bench/hostile_load.py (docs/benchmarks.md): the server holds each large review's body while
 it waits its turn (the chunks read and the joined copy), and decodes and answers them one at a time
-(``webhook.admission.offload``), so it grows by one decoded review, the largest. The cgroup's usage, read when a
+(``webhook.server.offload``), so it grows by one decoded review, the largest. The cgroup's usage, read when a
 review arrives, lags behind the reviews already let in (their bodies are still arriving, none decoded yet), so what
 those will take is counted on top of it: a burst is measured against the limit as a whole, not one review at a
 time.

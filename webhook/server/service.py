@@ -19,7 +19,6 @@ import orjson
 from webhook.admission import chain
 from webhook.admission.context import Settings
 from webhook.admission.domain.patch import apply_ops
-from webhook.admission.metrics import Metrics
 from webhook.admission.response import Decision, chain_outcome, errored
 from webhook.admission.review import (
     AdmissionRequest,
@@ -30,6 +29,7 @@ from webhook.admission.review import (
     encode_response,
 )
 from webhook.cluster.state import ClusterState
+from webhook.server.metrics import Metrics
 
 log = logging.getLogger("webhook.admission")
 
@@ -70,7 +70,7 @@ def _log_denial(endpoint: Endpoint, req: AdmissionRequest, decision: Decision) -
 @dataclass(slots=True)  # not frozen, as Answer
 class Evaluation:
     """An answer and what the metrics count of it: ``evaluate`` makes one, ``record`` counts it. Apart, so that
-    a review answered in another process (``webhook.admission.offload``) is counted in this one."""
+    a review answered in another process (``webhook.server.offload``) is counted in this one."""
 
     answer: Answer
     endpoint: Endpoint

@@ -65,8 +65,9 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from webhook.admission.app import WebhookServer
-from webhook.admission.asgi import (
+from webhook.admission.review import REVIEW_PATHS, Endpoint
+from webhook.server.app import WebhookServer
+from webhook.server.asgi import (
     Lifecycle,
     ReviewDispatcher,
     ReviewGate,
@@ -76,13 +77,12 @@ from webhook.admission.asgi import (
     certificate_error,
     content_length,
 )
-from webhook.admission.metrics import Metrics
-from webhook.admission.review import REVIEW_PATHS, Endpoint
-from webhook.admission.service import Answer
+from webhook.server.metrics import Metrics
+from webhook.server.service import Answer
 from webhook.tls.policy import apply_policy
 from webhook.tls.watch import CertWatcher, WatchingServer
 
-log = logging.getLogger("webhook.admission.serving")
+log = logging.getLogger("webhook.server.serving")
 MAX_HEADER_BYTES = 64 * 1024  # the apiserver sends a few hundred bytes; Go's default is 1 MiB
 TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}  # the ASGI TLS extension's tls_version values
 # the raw path as the parser gives it -> the path and its endpoint
