@@ -240,7 +240,7 @@ class One:
 sys.meta_path.insert(0, One())
 from decimal import Decimal
 from webhook.core.quantity import milli_value
-from webhook.admission.domain.batch_conversion import milli_cores_text
+from webhook.admission.domain.batch_resources import milli_cores_text
 print(milli_value(Decimal("0.5")), milli_cores_text("0.5"))
 """
 

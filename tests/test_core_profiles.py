@@ -6,8 +6,8 @@ import copy
 
 import pytest
 
-from webhook.admission.domain.batch_conversion import convert_resources, targets_for
-from webhook.admission.domain.profiles import ProfileError, compile_profile, parse_probability, suffix_tails
+from webhook.admission.domain.batch_resources import convert_resources, targets_for
+from webhook.admission.domain.colocation_profile import ProfileError, compile_profile, parse_probability, suffix_tails
 from webhook.admission.domain.strategic_merge import StrategicMergeError, merge
 from webhook.core.extended_resource_spec import (
     extended_resource_spec,
@@ -234,7 +234,7 @@ def test_extended_resource_spec_round_trip() -> None:
 
 
 def test_indexed_selection_agrees_with_plain_matching() -> None:
-    from webhook.admission.domain.profiles import ProfileSet
+    from webhook.admission.domain.colocation_profile import ProfileSet
 
     selectors = [None, {"matchLabels": {"a": "1"}}, {"matchLabels": {"a": "1", "b": "2"}},
                  {"matchExpressions": [{"key": "a", "operator": "In", "values": ["1", "3"]}]},

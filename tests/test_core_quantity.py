@@ -7,7 +7,7 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.admission.domain.batch_conversion import conversion_notes
+from webhook.admission.domain.batch_resources import conversion_notes
 from webhook.core.quantity import (
     canonical,
     format_decimal_si,

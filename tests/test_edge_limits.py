@@ -25,7 +25,7 @@ from tests.serving import Server, run_server, tls
 from webhook.admission import chain
 from webhook.admission.context import Settings
 from webhook.admission.review import review_from_dict
-from webhook.admission.rules import batch_resources
+from webhook.admission.rules.mutating import batch_resources
 from webhook.cluster.state import ClusterState
 from webhook.server.asgi import EdgePolicy, ServeOptions
 from webhook.server.service import ReviewService

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from webhook.admission.domain.batch_conversion import bytes_text, convert_resources, milli_cores_text
+from webhook.admission.domain.batch_resources import bytes_text, convert_resources, milli_cores_text
 from webhook.core import memo as memo_module
 from webhook.core.memo import MAX_ENTRIES, MAX_TEXT, clear_all, memo
 from webhook.core.quantity import QuantityError, canonical, parse_quantity

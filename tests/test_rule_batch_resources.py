@@ -1,4 +1,4 @@
-"""Table tests of the batch-resources rule (webhook/admission/rules/batch_resources.py): cpu/memory converted
+"""Table tests of the batch-resources rule (webhook/admission/rules/mutating/batch_resources.py): cpu/memory converted
 to the band's resources, and the warnings on what converts oddly."""
 
 from __future__ import annotations

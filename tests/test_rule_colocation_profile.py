@@ -1,4 +1,4 @@
-"""Table tests of the colocation-profile rule (webhook/admission/rules/colocation_profile.py): which profiles
+"""Table tests of the colocation-profile rule (webhook/admission/rules/mutating/colocation_profile.py): which profiles
 match a pod and what they set."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tests.mutating import (
     request,
 )
 from webhook.admission import chain
-from webhook.admission.domain.profiles import DRAW_ANNOTATION, probability_draw
+from webhook.admission.domain.colocation_profile import DRAW_ANNOTATION, probability_draw
 
 COLO = {"koordinator.sh/enable-colocation": "true"}
 

@@ -40,7 +40,7 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-@pytest.mark.parametrize("rule", sorted(p.name for p in RULES.glob("*.py") if p.name != "__init__.py"))
+@pytest.mark.parametrize("rule", sorted(str(p.relative_to(RULES)) for p in RULES.glob("*/*.py") if p.name != "__init__.py"))
 def test_no_rule_imports_another_rule(rule: str) -> None:
     leaning = {n for n in _imports(RULES / rule) if n.startswith("webhook.admission.rules")}
     assert leaning == set(), f"{rule} imports {leaning}: rules talk through ctx.facts, not through each other"
@@ -48,12 +48,12 @@ def test_no_rule_imports_another_rule(rule: str) -> None:
 
 def test_every_rule_of_a_chain_is_in_the_chain_module_and_nowhere_else() -> None:
     declared = {r.NAME for r in chain.MUTATING} | {r.NAME for r in chain.VALIDATING}
-    modules = {p.stem for p in RULES.glob("*.py") if p.name != "__init__.py"}
+    modules = {p.stem for p in RULES.glob("*/*.py") if p.name != "__init__.py"}
     assert {r.__name__.rsplit(".", 1)[-1] for r in (*chain.MUTATING, *chain.VALIDATING)} == modules
     assert len(declared) == len(modules) == 9
 
 
-@pytest.mark.parametrize("rule", sorted(p.stem for p in RULES.glob("*.py") if p.name != "__init__.py"))
+@pytest.mark.parametrize("rule", sorted(p.stem for p in RULES.glob("*/*.py") if p.name != "__init__.py"))
 def test_every_rule_has_its_test_file_named_after_it(rule: str) -> None:
     """A rule's tests are found by its module's name: webhook/admission/rules/<module>.py ->
     tests/test_rule_<module>.py."""

@@ -12,7 +12,8 @@ import pytest
 from tests.conftest import load_fixture
 from tests.serving import run_server
 from webhook.admission.context import Settings
-from webhook.admission.rules import batch_resources, quota_presence
+from webhook.admission.rules.mutating import batch_resources
+from webhook.admission.rules.validating import quota_presence
 from webhook.cluster.state import ClusterState
 
 MUTATE = "admission/v1-mutate-create-koord-batch-init-containers.json"

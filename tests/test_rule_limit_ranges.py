@@ -16,7 +16,7 @@ import pytest
 
 from tests.mutating import make_state, mutate, namespace, pod, resources_of
 from tests.validating_helpers import validate
-from webhook.admission.domain.batch_conversion import LIMIT_RANGER, limit_ranger_defaults
+from webhook.admission.domain.batch_resources import LIMIT_RANGER, limit_ranger_defaults
 
 STATE = make_state(namespace("batch-ns"))
 BATCH = {"kubernetes.io/batch-cpu": "1000", "kubernetes.io/batch-memory": "2147483648"}

@@ -1,4 +1,4 @@
-"""Table tests of the priority rule (webhook/admission/rules/priority.py)."""
+"""Table tests of the priority rule (webhook/admission/rules/mutating/priority.py)."""
 
 from __future__ import annotations
 

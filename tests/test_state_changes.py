@@ -7,7 +7,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from webhook.admission.rules.colocation_profile import profile_set
+from webhook.admission.rules.mutating.colocation_profile import profile_set
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
 

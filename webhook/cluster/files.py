@@ -331,7 +331,7 @@ def _resource(kind: str) -> str:
 def _profile_error(obj: dict[str, Any]) -> tuple[tuple[str | int, ...], str] | None:
     """Why the webhook could never apply a ClusterColocationProfile (``compile_profile``, the same checks the
     live source's profiles get), with where in the object, or None."""
-    from webhook.admission.domain.profiles import compile_profile  # only for a folder that holds profiles
+    from webhook.admission.domain.colocation_profile import compile_profile  # only for a folder that holds profiles
 
     error = compile_profile(obj).error
     if error is None:

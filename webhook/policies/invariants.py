@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.admission.domain.batch_validation import (
+from webhook.admission.domain.batch_units import (
     CPU_WHOLE,
     MEMORY_WHOLE,
     MIXING_ADVICE,
@@ -33,7 +33,7 @@ from webhook.admission.domain.batch_validation import (
     POD_LEVEL_ADVICE,
     PROTOCOL_ADVICE,
 )
-from webhook.admission.domain.koord_rules import (
+from webhook.admission.domain.koordinator_rules import (
     CPU_PATH,
     CPU_REQUIRED,
     FORBIDDEN_COMBINATIONS,

@@ -32,8 +32,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.domain.batch_conversion import TARGETS
-from webhook.admission.domain.profiles import SKIP_UPDATE_RESOURCES, Profile, compile_profile
+from webhook.admission.domain.batch_resources import TARGETS
+from webhook.admission.domain.colocation_profile import SKIP_UPDATE_RESOURCES, Profile, compile_profile
 from webhook.core.names import label_value, qualified_name
 from webhook.core.priority import BANDS, band_of
 from webhook.core.qos import QOS_LABEL

@@ -11,7 +11,7 @@ no such constraint: the batch conversion removes what LimitRanger puts back (``b
 from __future__ import annotations
 
 from webhook.admission.context import MutatingContext
-from webhook.admission.domain.limit_range import unmet_constraints
+from webhook.admission.domain.limit_ranges import unmet_constraints
 from webhook.admission.response import Denial, forbidden
 from webhook.admission.review import AdmissionRequest
 from webhook.core.resources import names_batch, resource_lists

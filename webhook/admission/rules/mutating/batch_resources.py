@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.admission.context import MutatingContext
-from webhook.admission.domain.batch_conversion import (
+from webhook.admission.domain.batch_resources import (
     SHORT_NAMES,
     Path,
     conversion_notes,
@@ -25,7 +25,7 @@ from webhook.admission.domain.batch_conversion import (
     limit_ranger_defaults,
     targets_for,
 )
-from webhook.admission.domain.batch_validation import small_batch_cpu_warnings
+from webhook.admission.domain.batch_units import small_batch_cpu_warnings
 from webhook.admission.response import Denial, bad_request, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.extended_resource_spec import (

@@ -10,7 +10,7 @@ immutable fields are refused always.
 from __future__ import annotations
 
 from webhook.admission.context import ValidatingContext
-from webhook.admission.domain.koord_rules import immutable_errors, pod_errors
+from webhook.admission.domain.koordinator_rules import immutable_errors, pod_errors
 from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.fielderrors import aggregate

@@ -8,7 +8,7 @@ update brings is refused (``ctx.judge``, ``domain.ratchet``).
 from __future__ import annotations
 
 from webhook.admission.context import ValidatingContext
-from webhook.admission.domain.batch_validation import unit_problems
+from webhook.admission.domain.batch_units import unit_problems
 from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.fielderrors import aggregate

@@ -11,7 +11,7 @@ import contextlib
 from typing import Any
 
 from webhook.admission.context import MutatingContext
-from webhook.admission.domain.profiles import (
+from webhook.admission.domain.colocation_profile import (
     DRAW_ANNOTATION,
     ApplyError,
     ProfileError,
