@@ -3,7 +3,7 @@
 The webhook's validating chain (``chain.VALIDATING``) is the rule source; this module writes the CEL that gives the
 same verdicts and texts inside the apiserver, with no network hop, for when the webhook is unreachable
 (``failurePolicy: Ignore``). Every name, band and message template comes from the modules the rules use, so a
-change there changes the policy; ``tests/test_admission_policies.py`` checks the committed manifest
+change there changes the policy; ``tests/policies/test_invariants.py`` checks the committed manifest
 (manifests/components/admission-policies) is what ``render`` prints and that the verdicts agree with the chain.
 
 One validation per rule, in chain order: the apiserver reports the first failed validation, the webhook its first
@@ -428,7 +428,7 @@ def binding() -> dict[str, Any]:
 
 HEADER = """\
 # Generated from the validating rules by `colocation-webhook policies` (webhook/policies/invariants.py): do not
-# edit; tests/test_admission_policies.py fails when this file and the generator differ.
+# edit; tests/policies/test_invariants.py fails when this file and the generator differ.
 """
 
 

@@ -30,7 +30,7 @@ The protocol also puts the ASGI TLS extension into each request's scope (``clien
 ``client_cert_name``, ``tls_version``), from which the gate tells whether the client gave a certificate.
 
 uvicorn is pinned to the minor series this was tested on (docs/architecture.md says why this protocol subclasses
-uvicorn's rather than replacing it), and ``tests/test_uvicorn_internals.py`` names every uvicorn internal used
+uvicorn's rather than replacing it), and ``tests/server/test_serving_uvicorn.py`` names every uvicorn internal used
 here and in ``webhook.tls.watch``: a uvicorn that moved one fails that test by the internal's name.
 
 ``AdmissionServer`` serves the admission port (TLS) and, on the same event loop, the metrics port: plain HTTP, as
