@@ -34,9 +34,9 @@ from uvicorn.server import ServerState  # noqa: E402
 from bench.asgi_inprocess import best_per_call, review_and_state  # noqa: E402
 from bench.echo_app import app as echo  # noqa: E402
 from webhook.server.app import create_server  # noqa: E402
-from webhook.server.asgi import ReviewDispatcher, ServeOptions  # noqa: E402
+from webhook.server.asgi import ReviewDispatcher  # noqa: E402
 from webhook.server.service import Answer  # noqa: E402
-from webhook.server.serving import GuardedProtocol  # noqa: E402
+from webhook.server.serving import GuardedProtocol, ServeOptions  # noqa: E402
 
 
 class Transport(asyncio.Transport):

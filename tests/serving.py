@@ -18,8 +18,8 @@ import httpx
 from webhook.admission import chain
 from webhook.cluster.state import ClusterState
 from webhook.server.app import create_server
-from webhook.server.asgi import ASGIApp, EdgePolicy, Middleware, Receive, Scope, Send, ServeOptions
-from webhook.server.serving import AdmissionServer
+from webhook.server.asgi import ASGIApp, EdgePolicy, Middleware, Receive, Scope, Send
+from webhook.server.serving import AdmissionServer, ServeOptions
 from webhook.tls.certs import CertPaths, ensure_localhost
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

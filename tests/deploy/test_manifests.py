@@ -29,7 +29,7 @@ from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, WEBHOOK_KINDS, ClusterState
 from webhook.core.selectors import matches
 from webhook.server.app import create_app
-from webhook.server.asgi import ServeOptions
+from webhook.server.serving import ServeOptions
 from webhook.tls.bootstrap import Target, api_calls
 from webhook.tls.certs import service_names
 

@@ -23,8 +23,8 @@ from tests.conftest import load_fixture
 from tests.serving import Server, recording, run_server, tls
 from webhook.cluster.state import ClusterState
 from webhook.server.app import create_server
-from webhook.server.asgi import EdgePolicy, ReviewDispatcher, ServeOptions
-from webhook.server.serving import GuardedProtocol
+from webhook.server.asgi import EdgePolicy, ReviewDispatcher
+from webhook.server.serving import GuardedProtocol, ServeOptions
 
 REVIEW = "admission/v1-mutate-create-koord-batch-init-containers.json"
 RECORDED_HTTP = "admission/v1-mutate-create-deployment-pod.http.json"  # the headers a kube-apiserver sent

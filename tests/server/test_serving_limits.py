@@ -27,8 +27,9 @@ from webhook.admission.context import Settings
 from webhook.admission.review import review_from_dict
 from webhook.admission.rules.mutating import batch_resources
 from webhook.cluster.state import ClusterState
-from webhook.server.asgi import EdgePolicy, ServeOptions
+from webhook.server.asgi import EdgePolicy
 from webhook.server.service import ReviewService
+from webhook.server.serving import ServeOptions
 
 REVIEW = "admission/v1-mutate-create-koord-batch-init-containers.json"
 

@@ -91,9 +91,9 @@ def serve(args: argparse.Namespace) -> int:
         log.info("%s", what)
     # The server itself once the input is known to be usable: bad input is answered without loading it.
     from webhook.server.app import create_server
-    from webhook.server.asgi import EdgePolicy, ServeOptions
+    from webhook.server.asgi import EdgePolicy
     from webhook.server.memory import this_process
-    from webhook.server.serving import AdmissionServer, url_host
+    from webhook.server.serving import AdmissionServer, ServeOptions, url_host
     from webhook.tls.policy import ClientCAError
 
     policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight,
@@ -445,7 +445,8 @@ def _state_flags(p: argparse.ArgumentParser, state_help: str, kubeconfig_help: s
 
 def _serve_flags(p: argparse.ArgumentParser) -> None:
     from webhook.cluster.freshness import MAX_CACHE_AGE
-    from webhook.server.asgi import EdgePolicy, ServeOptions  # the whole edge: only for serve
+    from webhook.server.asgi import EdgePolicy  # the whole edge: only for serve
+    from webhook.server.serving import ServeOptions
 
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
     p.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")

@@ -24,15 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.admission.domain.batch_units import (
-    CPU_WHOLE,
-    MEMORY_WHOLE,
-    MIXING_ADVICE,
-    NEGATIVE,
-    OVERHEAD,
-    POD_LEVEL_ADVICE,
-    PROTOCOL_ADVICE,
-)
+from webhook.admission.domain.batch_mixing import MIXING_ADVICE, POD_LEVEL_ADVICE, PROTOCOL_ADVICE
+from webhook.admission.domain.batch_units import CPU_WHOLE, MEMORY_WHOLE, NEGATIVE
 from webhook.admission.domain.koordinator_rules import (
     CPU_PATH,
     CPU_REQUIRED,
@@ -53,7 +46,15 @@ from webhook.core.priority import (
     SUB_PRIORITY_LABEL,
 )
 from webhook.core.qos import KOORD_QOS_CLASSES, LEGACY_QOS_ANNOTATION, QOS_LABEL
-from webhook.core.resources import BATCH_CPU, BATCH_NAMES, CPU, LEGACY_BATCH, NATIVE_RESOURCES, POD_LEVEL_OWNER
+from webhook.core.resources import (
+    BATCH_CPU,
+    BATCH_NAMES,
+    CPU,
+    LEGACY_BATCH,
+    NATIVE_RESOURCES,
+    OVERHEAD,
+    POD_LEVEL_OWNER,
+)
 
 __all__ = ["BINDING_NAME", "EXCLUDED_NAMESPACES", "FALLBACK", "MAX_MESSAGE_BYTES", "POLICY_NAME", "SEPARATOR",
            "binding", "policy", "render", "validations", "variables"]

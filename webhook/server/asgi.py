@@ -54,19 +54,6 @@ class EdgePolicy:
     memory: MemoryCgroup | None = None   # the pod's memory cgroup: a large review that would not fit waits (429)
 
 
-@dataclass(frozen=True, slots=True)
-class ServeOptions:
-    """The listeners and their read limits (``serve``'s flags; ``webhook.server.serving`` applies them)."""
-
-    host: str = "0.0.0.0"
-    port: int = 8443
-    metrics_port: int = 8080               # 0: no metrics listener
-    read_header_timeout: float = 5.0       # the TLS handshake, then a request's headers
-    read_timeout: float = 10.0             # a whole request, body included, from its first byte
-    drain_delay: float = 10.0              # after SIGTERM, reviews are still answered this long (unready)
-    graceful_shutdown_seconds: int = 10    # then in-flight reviews get this long
-
-
 @dataclass(slots=True)
 class Lifecycle:
     """Where the process is in its life, read by /readyz and the connections: ``draining`` from the first

@@ -24,7 +24,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 
 from webhook.admission.review import Endpoint
-from webhook.cluster.files import collector_paused, malloc_trim
+from webhook.heap import collector_paused, malloc_trim
 from webhook.server.service import Answer, Evaluation, ReviewService
 
 SWITCH_SECONDS = 0.0005  # sys.setswitchinterval while a large review is evaluated (the default: 0.005)

@@ -1,9 +1,13 @@
 """The review service: an AdmissionReview body in, the answer out, with no transport in sight.
 
 The one implementation behind every way a review arrives: the ASGI dispatcher, the FastAPI routes, the
-``review`` command and the benchmarks. It decodes the envelope, runs the endpoint's chain, encodes the answer in
-the request's version and counts the outcome. It never raises: every failure is an answer (400/413 for an
-unusable body, 500 for a bug, logged with the review's uid).
+``review`` and ``audit`` commands and the benchmarks. It decodes the envelope, runs the endpoint's chain, encodes
+the answer in the request's version and counts the outcome. It never raises: every failure is an answer (400/413
+for an unusable body, 500 for a bug, logged with the review's uid).
+
+It is the server's core without the sockets, so it lives in ``webhook/server/``: its answers are HTTP statuses and
+JSON bodies, and it counts into the server's Prometheus metrics (``metrics``). The commands that run it offline
+get the very bytes the server would send.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ def _log_denial(endpoint: Endpoint, req: AdmissionRequest, decision: Decision) -
 @dataclass(slots=True)  # not frozen, as Answer
 class Evaluation:
     """An answer and what the metrics count of it: ``evaluate`` makes one, ``record`` counts it. Apart, so that
-    a review answered in another process (``webhook.server.offload``) is counted in this one."""
+    a review answered in the large-review thread (``webhook.server.offload``) is counted on the event loop's."""
 
     answer: Answer
     endpoint: Endpoint

@@ -55,6 +55,7 @@ import socket
 import ssl
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any, ClassVar
@@ -71,7 +72,6 @@ from webhook.server.asgi import (
     Lifecycle,
     ReviewDispatcher,
     ReviewGate,
-    ServeOptions,
     Ticket,
     answer_headers,
     certificate_error,
@@ -94,6 +94,19 @@ STATUS_LINES = {int(s): b"HTTP/1.1 %d %s\r\n" % (s, s.phrase.encode()) for s in 
 def url_host(host: str) -> str:
     """``host`` as a URL writes it: an IPv6 address in brackets (``https://[::1]:8443``, RFC 3986)."""
     return f"[{host}]" if ":" in host and not host.startswith("[") else host
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """The listeners and their read limits (``serve``'s flags), as ``AdmissionServer`` applies them."""
+
+    host: str = "0.0.0.0"
+    port: int = 8443
+    metrics_port: int = 8080               # 0: no metrics listener
+    read_header_timeout: float = 5.0       # the TLS handshake, then a request's headers
+    read_timeout: float = 10.0             # a whole request, body included, from its first byte
+    drain_delay: float = 10.0              # after SIGTERM, reviews are still answered this long (unready)
+    graceful_shutdown_seconds: int = 10    # then in-flight reviews get this long
 
 
 class GuardedProtocol(HttpToolsProtocol):

@@ -23,7 +23,7 @@ from tests.serving import Server, run_server
 from tests.validating_helpers import BATCH_CPU, BATCH_MEMORY, batch, container, pod, request, state, validate
 from webhook.admission import chain
 from webhook.admission.context import shorten_warning
-from webhook.admission.domain.batch_units import MIXING_ADVICE
+from webhook.admission.domain.batch_mixing import MIXING_ADVICE
 from webhook.admission.response import WARNING_LIMIT
 from webhook.cli.webhook import main
 

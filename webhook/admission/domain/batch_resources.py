@@ -33,6 +33,7 @@ from webhook.core.resources import (
     MEMORY,
     MID_CPU,
     MID_MEMORY,
+    OVERHEAD,
     RECLAIMED_CPU,
     RECLAIMED_MEMORY,
     ResourceList,
@@ -48,6 +49,7 @@ from webhook.core.resources import (
 TARGETS: dict[str, tuple[str, str]] = {KOORD_BATCH: (BATCH_CPU, BATCH_MEMORY), KOORD_MID: (MID_CPU, MID_MEMORY)}
 # What the texts call them, in the 120 characters of a warning: batch-cpu, mid-memory.
 SHORT_NAMES: dict[str, str] = {name: name.rsplit("/", 1)[-1] for pair in TARGETS.values() for name in pair}
+SMALL_BATCH_CPU = 100  # below a tenth of a core: almost certainly meant as cores
 
 
 def targets_for(priority: Any) -> tuple[str, str] | None:
@@ -386,3 +388,25 @@ def hugepages_text(path: str, pages: str, cpu_name: str, mem_name: str) -> str:
     return (f"{path}: {HUGEPAGES_ALONE} (converted to {cpu_name}/{mem_name}, it would hold {pages} alone, and the "
             f"apiserver refuses that after the webhooks: remove {pages} from the pod, or keep it out of the band "
             "whose resources it is converted to)")
+
+
+
+def small_batch_cpu_warnings(lists: list[ResourceList]) -> list[str]:
+    """A warning per owner whose batch-cpu is above 0 and under 100 milli-cores: "2" is usually
+    meant as 2 cores. Stated as a fact, not a guess: a conversion of ``cpu: 50m`` writes "50" too."""
+    warnings: list[str] = []
+    for owner, field, _, _, values in lists:
+        raw = values.get(BATCH_CPU)
+        if raw is None or field == OVERHEAD:  # a null is no quantity either
+            continue
+        try:
+            q = parse_quantity(raw)
+        except QuantityError:
+            continue
+        if 0 < q < SMALL_BATCH_CPU and is_whole(q):
+            n = int(q)
+            text = (f'{owner}: batch-cpu "{shown(raw)}" is {n} milli-core{"s" if n > 1 else ""}, '
+                    f'under a tenth of a core; for {n} core{"s" if n > 1 else ""} write {n}k')
+            if text not in warnings:  # requests and limits usually say the same
+                warnings.append(text)
+    return warnings

@@ -7,12 +7,11 @@ from typing import Any
 import pytest
 
 from tests.validating_helpers import container, pod, state, validate
-from webhook.admission.domain.quota import (
+from webhook.admission.domain.quota import pod_matches_scope, pod_usage
+from webhook.admission.domain.quota_presence import (
     check_presence,
     format_scopes,
     limited_resource_names,
-    pod_matches_scope,
-    pod_usage,
     uncovered_scopes,
 )
 

@@ -23,9 +23,9 @@ from webhook.admission.domain.batch_resources import (
     fold_pod_level,
     hugepages_text,
     limit_ranger_defaults,
+    small_batch_cpu_warnings,
     targets_for,
 )
-from webhook.admission.domain.batch_units import small_batch_cpu_warnings
 from webhook.admission.response import Denial, bad_request, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.extended_resource_spec import (

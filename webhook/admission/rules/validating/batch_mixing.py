@@ -11,7 +11,7 @@ never have stored such an object.
 from __future__ import annotations
 
 from webhook.admission.context import ValidatingContext
-from webhook.admission.domain.batch_units import mixing_error
+from webhook.admission.domain.batch_mixing import mixing_error
 from webhook.admission.response import Denial, bad_request, denied
 from webhook.admission.review import AdmissionRequest
 from webhook.core.fielderrors import aggregate

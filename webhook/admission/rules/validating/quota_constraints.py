@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from webhook.admission.context import ValidatingContext
-from webhook.admission.domain.quota import constraints_text, quota_scope_selectors, refusing_quota
+from webhook.admission.domain.quota import quota_scope_selectors
+from webhook.admission.domain.quota_constraints import constraints_text, refusing_quota
 from webhook.admission.response import Denial, forbidden
 from webhook.admission.review import AdmissionRequest
 from webhook.core.qos import kube_qos_class

@@ -9,7 +9,7 @@ upstream's text (upstream answers the scope case with 500; reference README devi
 from __future__ import annotations
 
 from webhook.admission.context import ValidatingContext
-from webhook.admission.domain.quota import check_presence, format_scopes
+from webhook.admission.domain.quota_presence import check_presence, format_scopes
 from webhook.admission.response import Denial, denied
 from webhook.admission.review import AdmissionRequest
 
