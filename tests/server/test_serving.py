@@ -331,4 +331,4 @@ def test_the_edge_policy_and_its_metrics_live_in_the_review_gate_only() -> None:
             if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                     and node.func.attr in ("entered", "left", "http_answered")):
                 found.add((path.relative_to(root).as_posix(), owner.get(node, "<no class>")))
-    assert found == {("admission/asgi.py", "ReviewGate")}, found
+    assert found == {("server/asgi.py", "ReviewGate")}, found

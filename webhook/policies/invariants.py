@@ -182,7 +182,7 @@ def _effective_positive(names: str) -> str:
 
 
 def _problems(kind: str) -> str:
-    """``batch_validation.unit_problems``' per-value texts for one map of owner ``m``, in BATCH_NAMES order."""
+    """``batch_units.unit_problems``' per-value texts for one map of owner ``m``, in BATCH_NAMES order."""
     values = f"m.{kind}"
     bad = f"sign(quantity({values}[n])) < 0 || !{_whole(values + '[n]')}"
     path = f"m.path + {lit(kind)}"
@@ -224,7 +224,7 @@ def _first_name(owner: str, legacy: bool) -> str:
 
 
 def _mixing(p: str) -> str:
-    """``batch_validation.mixing_error`` over the owners variable ``p`` + 'Owners': its text, '' for none."""
+    """``batch_mixing.mixing_error`` over the owners variable ``p`` + 'Owners': its text, '' for none."""
     owners = f"variables.{p}Owners"
     legacy = "variables.legacyNames"
     has_legacy = f"o.batch.exists(n, n in {legacy})"
@@ -256,7 +256,7 @@ def _mixing(p: str) -> str:
 
 
 def _units(p: str) -> str:
-    """``batch_validation.unit_problems``: every per-value problem in spec order, then every request above its
+    """``batch_units.unit_problems``: every per-value problem in spec order, then every request above its
     limit, as a list."""
     owners, sep = f"variables.{p}Owners", lit(SEPARATOR)
     return (f"({owners}.map(o, o.problems).filter(s, s != '').join({sep}) + {sep} "
@@ -292,7 +292,7 @@ def _sub_priority(root: str) -> str:
 
 
 def _koord(p: str) -> str:
-    """``koord_rules.pod_errors`` without the whole-cpus test (left to the webhook), as a list."""
+    """``koordinator_rules.pod_errors`` without the whole-cpus test (left to the webhook), as a list."""
     qos, klass, owners = f"variables.{p}Qos", f"variables.{p}Class", f"variables.{p}Owners"
     # resources.pod_requests: the containers' requests (a limit standing in for a missing one), then the pod
     # level's for what it sets (cpu, memory, hugepages: never a batch name; a missing pod-level request defaults to
@@ -318,7 +318,7 @@ def _koord(p: str) -> str:
 
 
 def _immutable() -> str:
-    """``koord_rules.immutable_errors`` (UPDATE only), as a list."""
+    """``koordinator_rules.immutable_errors`` (UPDATE only), as a list."""
     v = "variables."
     checks = [
         f"{v}newQos != {v}oldQos ? {_invalid(lit(f'labels.{QOS_LABEL}'), v + 'newQos', lit(IMMUTABLE))} : ''",

@@ -84,7 +84,7 @@ def _names_any(res: str, names: str) -> str:
 
 def _native(band: str) -> str:
     """Whether the pod asks for cpu or memory in a container, an init container or at the pod level where the
-    webhook's conversion would have taken them away. As ``batch_conversion.convert_pod``, a container that already
+    webhook's conversion would have taken them away. As ``batch_resources.convert_pod``, a container that already
     names the band's own resources (``band``: a CEL list of names) is left as written (its mix is the validating
     rules' business), and so is the pod level then (``fold_pod_level``)."""
     native = lits([CPU, MEMORY])

@@ -63,6 +63,29 @@ def test_every_rule_has_its_test_file_named_after_it(rule: str) -> None:
     assert tests.is_file(), f"no {tests.relative_to(ROOT)} for webhook/admission/rules/{rule}.py"
 
 
+# A rule whose logic both programs need keeps it in the shared kernel under the rule's name (priority: the agent
+# resolves PriorityClasses too).
+SHARED_DOMAIN = ROOT / "webhook" / "core"
+
+
+@pytest.mark.parametrize("rule", sorted(str(p.relative_to(RULES).with_suffix("")) for p in RULES.glob("*/*.py")
+                                         if p.name != "__init__.py"))
+def test_one_name_from_the_rule_to_its_domain_module_and_its_test(rule: str) -> None:
+    """webhook/admission/rules/<kind>/<name>.py keeps its logic in webhook/admission/domain/<name>.py (or
+    webhook/core/<name>.py) and imports it, its NAME is <name> in kebab-case, and its chain is its folder."""
+    kind, name = rule.split("/")
+    domain = [d / f"{name}.py" for d in (ROOT / "webhook" / "admission" / "domain", SHARED_DOMAIN)
+              if (d / f"{name}.py").is_file()]
+    assert len(domain) == 1, f"webhook/admission/rules/{rule}.py has no domain module of its name: {domain}"
+    module = ".".join(domain[0].relative_to(ROOT).with_suffix("").parts)
+    assert any(n == module or n.startswith(module + ".") for n in _imports(RULES / f"{rule}.py")), (
+        f"webhook/admission/rules/{rule}.py does not import its domain module {module}")
+    rules = {"mutating": chain.MUTATING, "validating": chain.VALIDATING}[kind]
+    (declared,) = [r for r in rules if r.__name__.rsplit(".", 1)[-1] == name]
+    assert name.replace("_", "-") == declared.NAME
+    assert declared.__name__ == f"webhook.admission.rules.{kind}.{name}"
+
+
 def _pod_request(pod: dict[str, Any]) -> AdmissionRequest:
     review = load_fixture("admission/v1-validate-create-plain.json")
     review["request"]["object"] = pod

@@ -5,7 +5,7 @@ A LimitRange with a ``min``, ``max`` or ``maxLimitRequestRatio`` on cpu or memor
 (converted by this chain, or written so) names none, so LimitRanger's validation would refuse it with texts that
 speak of resources its user did write. The mutating chain is the last place to say so first (LimitRanger
 validates before the validating webhooks are called), with the LimitRange named and the way out. Defaults are
-no such constraint: the batch conversion removes what LimitRanger puts back (``batch_conversion``).
+no such constraint: the batch conversion removes what LimitRanger puts back (``domain.batch_resources``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """No mixing: a pod asks either for batch resources or for native cpu/memory, never both.
 
 Containers, init containers and the pod-level ``spec.resources`` count; ``spec.overhead`` (the RuntimeClass's)
-does not (``domain.batch_validation.mixing_error``). As the
+does not (``domain.batch_mixing.mixing_error``). As the
 first validating rule it also answers 400 for a pod whose outline is malformed or that holds a value
 that is no quantity (what the apiserver's decoder refuses), so the rules after it can trust both. On UPDATE only
 a mix the update brings is refused (``ctx.judge``, ``domain.ratchet``); the 400s stand, as the apiserver could
