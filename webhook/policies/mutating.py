@@ -353,9 +353,9 @@ def extended_resource_spec_mutation() -> list[dict[str, Any]]:
     set_it = _op("add", lit(pointer("metadata", "annotations", EXTENDED_RESOURCE_SPEC)), "variables.text")
     patch = (f"variables.text == '' || variables.text == variables.current ? [] : "
              f"{_label_map('annotations')} + [{set_it}]")
-    conditions = [{"name": "batch", "expression": f"{cs}.exists(c, has(c.resources) && ({asks}))"}]
+    # No matchConditions: a policy they leave out is not called again after another policy converts the pod.
     binding = {"policyName": SPEC_NAME, "matchResources": {"namespaceSelector": {"matchExpressions": [_excluded()]}}}
-    return _pair(SPEC_NAME, _policy_spec(variables, patch, conditions), binding)
+    return _pair(SPEC_NAME, _policy_spec(variables, patch), binding)
 
 
 def _read(kind: str, key: str, written: dict[str, str]) -> str:
