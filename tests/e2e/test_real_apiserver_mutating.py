@@ -26,6 +26,7 @@ import yaml
 from tests import real_apiserver
 from webhook.admission import chain
 from webhook.admission.review import request_from_dict
+from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import KINDS, WEBHOOK_KINDS, ClusterState
 from webhook.core.extended_resource_spec import EXTENDED_RESOURCE_SPEC
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
@@ -332,6 +333,55 @@ def test_with_no_replica_the_policies_make_the_pod_the_webhook_makes(cluster: re
             want = _through_the_webhook(cluster, theirs, state, twin_plain["metadata"]["name"])
             differences += [f"{name}: {d}" for d in _diff(_comparable(want), _comparable(made))]
         assert not differences, "\n".join(differences)
+    finally:
+        _unbind(cluster, docs)
+        _unbind(cluster, PROFILES)
+
+
+def test_what_the_policies_cannot_convert_is_refused_as_before(cluster: real_apiserver.Cluster, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """With the refusing policies bound as well (docs/deploy.md: keep manifests/components/admission-policies):
+    what no mutating policy converts is refused with the text it had before, what they convert is admitted."""
+    _apply(cluster, PROFILES)
+    mutating_docs, _ = _rendered()
+    docs = [*mutating_docs, *_validating()]
+    ns = _namespace(cluster, ENABLED, False)["metadata"]["name"]
+
+    def named(pod: dict[str, Any], name: str) -> dict[str, Any]:
+        pod = copy.deepcopy(pod)
+        pod["metadata"].update(name=name, namespace=ns)
+        return pod
+
+    patched = named(_pod([_c("app", CPU)], labels={"app": "patch"}), "patched")
+    level = named(_pod([_c("a", CPU), _c("b", CPU)], klass=BATCH, resources={"requests": {"cpu": "2"}}), "level")
+    mixing = named(_pod([_c("app", {"cpu": "1", BATCH_CPU: "500"}, {BATCH_CPU: "500"})], klass=BATCH), "mixing")
+    band = named(_pod([_c("app", CPU)], klass=BATCH), "band")
+    profiled = named(_pod([_c("app", CPU)], labels=PROFILED), "profiled")
+    _apply(cluster, docs)
+    real_apiserver.wait_until("the policies", lambda: _create(cluster, patched)[0] is None and _create(
+        cluster, mixing)[0] is None and _create(cluster, level)[0] is None and _asks_batch(
+        _create(cluster, band)[0]) and _asks_batch(_create(cluster, profiled)[0]))
+    try:
+        made, error = _create(cluster, patched)
+        assert made is None and error.endswith(profile_policies.message("colo-patch")), error
+        made, error = _create(cluster, level)
+        assert made is None and "its priority 5000 is in the koord-batch band" in error, error
+        made, error = _create(cluster, mixing)
+        assert made is None and 'container "app" asks for both kubernetes.io/batch-cpu and cpu' in error, error
+        # A draw may leave a pod unconverted: no policy refuses or converts it, before or now.
+        half = named(_pod([_c("app", CPU)], labels={"app": "half"}), "half")
+        made, error = _create(cluster, half)
+        assert made is not None and "cpu" in made["spec"]["containers"][0]["resources"]["requests"], error
+        # The applied mutating policies are what the command renders (the fields the apiserver defaults aside).
+        applied = tmp_path / "applied.yaml"
+        applied.write_text(cluster.kubectl("get", "mutatingadmissionpolicies,mutatingadmissionpolicybindings", "-l",
+                                           "app.kubernetes.io/part-of=colocation-webhook", "-o", "yaml").stdout)
+        capsys.readouterr()
+        code = webhook_cli.main(["policies", "--mutating", "--kubeconfig", str(cluster.kubeconfig),
+                                 "--check", str(applied)])
+        assert code == 0, capsys.readouterr()
+        assert capsys.readouterr().out == ("the applied policies are up to date (the band conversion, the "
+                                           "extended-resource-spec annotation and 3 profile(s))\n")
     finally:
         _unbind(cluster, docs)
         _unbind(cluster, PROFILES)
