@@ -45,12 +45,14 @@ from webhook.policies.invariants import EXCLUDED_NAMESPACES, lit, lits
 from webhook.policies.profiles import selector_cel
 
 __all__ = ["BAND_NAME", "COMPONENT", "SPEC_NAME", "MutatingRendered", "band_mutation", "conversion_variables",
-           "extended_resource_spec_mutation", "profile_mutation", "render_mutating", "render_static"]
+           "extended_resource_spec_mutation", "profile_mutation", "profile_ops", "render_mutating", "render_static"]
 
 API = "admissionregistration.k8s.io/v1"
 COMPONENT = "mutating-policy"
 BAND_NAME = "colocation-band-mutation"
-SPEC_NAME = "colocation-extended-resource-spec"
+# Named to come after the band's and the profiles' policies: the apiserver calls policies in name order, and one its
+# matchConditions left out is not called again when a later one converts the pod.
+SPEC_NAME = "colocation-resource-spec"
 PREFIX = "colocation-profile-mutation-"
 NAME_MAX = 253
 LABELS = {"app.kubernetes.io/name": "colocation-webhook", "app.kubernetes.io/part-of": "colocation-webhook",
@@ -353,9 +355,10 @@ def extended_resource_spec_mutation() -> list[dict[str, Any]]:
     set_it = _op("add", lit(pointer("metadata", "annotations", EXTENDED_RESOURCE_SPEC)), "variables.text")
     patch = (f"variables.text == '' || variables.text == variables.current ? [] : "
              f"{_label_map('annotations')} + [{set_it}]")
-    # No matchConditions: a policy they leave out is not called again after another policy converts the pod.
+    # Only pods asking for batch resources (after the policies named before it have converted them: SPEC_NAME).
+    conditions = [{"name": "batch", "expression": f"{cs}.exists(c, has(c.resources) && ({asks}))"}]
     binding = {"policyName": SPEC_NAME, "matchResources": {"namespaceSelector": {"matchExpressions": [_excluded()]}}}
-    return _pair(SPEC_NAME, _policy_spec(variables, patch), binding)
+    return _pair(SPEC_NAME, _policy_spec(variables, patch, conditions), binding)
 
 
 def _read(kind: str, key: str, written: dict[str, str]) -> str:
@@ -418,11 +421,16 @@ def _spec_ops(p: Profile) -> list[str]:
     return out
 
 
+def profile_ops(p: Profile) -> str:
+    """The JSONPatch ops (CEL) of what ``apply_profile`` writes, before any conversion."""
+    return " + ".join([*_metadata_ops(p), *_spec_ops(p)]) or "[]"
+
+
 def profile_mutation(p: Profile, band: str | None) -> list[dict[str, Any]]:
     """The policy and binding of one profile: what ``apply_profile`` writes, then, when its class is of ``band``
     (koord-batch, koord-mid) and it does not skip the conversion, rule batch-resources' conversion."""
     name = PREFIX + p.name
-    ops = [*_metadata_ops(p), *_spec_ops(p)]
+    ops = [profile_ops(p)]
     variables = []
     if band is not None and not p.skip_update_resources:
         variables = conversion_variables(lits(list(TARGETS[band])))
