@@ -70,7 +70,7 @@ def _log_denial(endpoint: Endpoint, req: AdmissionRequest, decision: Decision) -
 @dataclass(slots=True)  # not frozen, as Answer
 class Evaluation:
     """An answer and what the metrics count of it: ``evaluate`` makes one, ``record`` counts it. Apart, so that
-    a review answered in another process (``webhook.admission.offload``) is counted in this one."""
+    a large review evaluated in the worker thread (``webhook.admission.offload``) is counted on the event loop."""
 
     answer: Answer
     endpoint: Endpoint

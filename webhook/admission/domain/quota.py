@@ -1,9 +1,10 @@
-"""ResourceQuota "covering quota" semantics for pods (kubernetes.md §2.3-§2.5; pure, no I/O).
+"""ResourceQuota "covering quota" semantics for pods (pure, no I/O).
 
-Follows the ResourceQuota admission plugin (``resourcequota/controller.go CheckRequest``,
-``core/pods.go``): which limited scopes a pod falls under, which quota scopes cover them (same
-scopeName covers, as ``UncoveredQuotaScopes``), which limited resource names need a covering
-quota (``matchContains``), and upstream's error texts with Go ``%v`` formatting.
+Follows the ResourceQuota admission plugin (``CheckRequest`` in
+``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go``, the pod evaluator in
+``pkg/quota/v1/evaluator/core/pods.go``): which limited scopes a pod falls under, which quota scopes cover them
+(same scopeName covers, as ``UncoveredQuotaScopes``), which limited resource names need a covering quota
+(``matchContains``), and upstream's error texts with Go ``%v`` formatting.
 """
 
 from __future__ import annotations
@@ -192,7 +193,8 @@ class Presence:
 
 def check_presence(pod: dict[str, Any], limited_resources: list[dict[str, Any]], quotas: list[dict[str, Any]],
                    group: str = "", resource: str = "pods") -> Presence:
-    """Steps 2, 3, 4, 7 and 8 of ``CheckRequest`` (kubernetes.md §2.4) for a pod CREATE.
+    """The covering-quota part of ``CheckRequest`` for a pod CREATE: the limited scopes and resources that no
+    quota covers.
 
     The constraint, status and usage checks are the apiserver's own plugin's job and stay there.
     """
