@@ -1,4 +1,4 @@
-"""Batch allocatable (seed 003 formula), usage window, anti-churn, degrade, node status patch body."""
+"""Batch allocatable (the formula of docs/agent.md), usage window, anti-churn, degrade, node status patch body."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def be(cpu: float | None, mem: float | None) -> PodLoad:
 
 
 @pytest.mark.parametrize("name,args,cpu,memory", [
-    # koordinator.md §6 worked example: 100 cores, 65% -> 65000 - system 7000 - HP 33000 = 25000 milli.
+    # Koordinator's formula (batchresource/plugin.go): 100 cores, 65% -> 65000 - system 7000 - HP 33000 = 25000 milli.
     ("worked example", dict(alloc_cpu_milli=100000, alloc_memory=100 * GI, node_cpu_milli=40000 + 5000,
                             node_memory=0, pods=[hp(33000, 0), be(5000, 0)], cpu_percent=65, memory_percent=65),
      25000, 65 * GI),
@@ -94,8 +94,8 @@ def test_why_the_formula_does_not_run() -> None:
         "no usage measured yet; no Node object n1 found (this machine's capacity stands in; nothing is published)")
 
 
-def test_seed_003_units_published_as_integers() -> None:
-    # Seed 003: 50 cores -> batch-cpu 50000, 50 GB -> batch-memory 53687091200.
+def test_batch_units_published_as_integers() -> None:
+    # 50 cores -> batch-cpu 50000 (milli-cores), 50 GiB -> batch-memory 53687091200 (bytes).
     r = batch_allocatable(100000, 100 * GI, 0, 0, [], 50, 50)
     assert r.resources() == {BATCH_CPU: 50000, BATCH_MEMORY: 53687091200}
     assert status_patch(r.resources())["status"]["allocatable"] == {BATCH_CPU: "50000", BATCH_MEMORY: "53687091200"}

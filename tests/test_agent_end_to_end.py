@@ -309,7 +309,8 @@ def test_refused_eviction_moves_on_and_nothing_beyond_need(tmp_path: Path, srv: 
     posts = [r.path for r in srv.received if r.path.endswith("/eviction")]
     assert posts == [_evict_path("be-protected"), _evict_path("be-evict-ok")]     # biggest first, then next
     failed, evicted = (r.body for r in events.creates())
-    # The refused one first: koordlet's evictPodFail, the seed's message and the API's answer.
+    # The refused one first: koordlet's evictPodFail, its message (``pkg/koordlet/qosmanager/plugins/util/evictor.go``)
+    # and the API's answer.
     assert (failed["reason"], failed["action"], failed["type"]) == ("evictPodFail", "Evict", "Warning")
     assert failed["regarding"]["name"] == "be-protected"
     assert failed["note"].startswith("evict Pod:be-protected, reason: EvictPodByNodeMemoryUsage, message: "

@@ -1,4 +1,4 @@
-"""slo-controller-config: seed field names and defaults, node overrides, validation, last good config."""
+"""slo-controller-config: Koordinator's field names, the defaults of docs/agent.md, node overrides, validation, last good config."""
 
 from __future__ import annotations
 
