@@ -28,7 +28,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.serving import run_server
-from webhook.admission.metrics import Metrics, ReviewFamily, RuleTimes
+from webhook.admission.metrics import Metrics, ReviewFamily, RuleDurations
 from webhook.agent.metrics import AgentMetrics, Health, serve
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, ClusterState
@@ -71,7 +71,7 @@ def _declared_labels(*owners: object) -> dict[str, set[str]]:
         for metric in vars(owner).values():
             if isinstance(metric, MetricWrapperBase):
                 out[metric._name] = set(metric._labelnames)
-            elif isinstance(metric, (ReviewFamily, RuleTimes)):
+            elif isinstance(metric, (ReviewFamily, RuleDurations)):
                 out[metric.name] = set(metric.labelnames)
     return out
 

@@ -116,9 +116,9 @@ class ReviewService:
         """The chain's answer to a decoded review, encoded in its version, and the outcome the metrics count."""
         req = review.request
         if endpoint == "mutate":
-            decision = chain.mutate(req, self.state, self.settings, explain)
+            decision = chain.mutate(req, self.state, self.settings, explain, rule_times=self.metrics.rule_times)
         else:
-            decision = chain.validate(req, self.state, self.settings, explain)
+            decision = chain.validate(req, self.state, self.settings, explain, rule_times=self.metrics.rule_times)
         try:
             patch_json = orjson.dumps(decision.patch) if decision.patch else None
         except TypeError:  # orjson: a patch value nested deeper than 255 levels, or a huge integer
