@@ -4,7 +4,7 @@
 For each size, objects shaped as a real cluster's are (with the fields that weigh: managedFields, kubectl's
 last-applied annotation, a namespace's spec and status, a quota's used counts) reach `serve` one of two ways:
 
-- ``--source live`` (the default): a local API server (tests/apiserver.py's replay server, loopback only) serves
+- ``--source live`` (the default): a local API server (harness/apiserver.py's replay server, loopback only) serves
   them as paginated lists, with an empty watch for each kind; `serve --kubeconfig` lists them.
 - ``--source files``: the same objects written to a folder as ``kubectl get KIND -o yaml`` prints them (one
   ``List`` per kind; ``--format json``: ``-o json``); `serve --cluster-state DIR` loads it.
@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.soak import rss_kib  # noqa: E402
 from bench.webhook_load import free_port  # noqa: E402
-from tests.apiserver import Received, ReplayAPIServer  # noqa: E402
+from harness.apiserver import Received, ReplayAPIServer  # noqa: E402
 from webhook.tls.certs import generate  # noqa: E402
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.apiserver import load_exchange
+from harness.apiserver import load_exchange
 from webhook.agent.agent import pod_view
 from webhook.agent.domain.batch_allocatable import (
     PodLoad,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
-from tests.apiserver import Blackhole
+from harness.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
+from harness.apiserver import Blackhole
 from tests.test_agent_end_to_end import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
 from webhook.agent.actions import KubeActions
 from webhook.agent.agent import Agent, AgentOptions

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.agent_trees import write_proc
-from tests.apiserver import ReplayAPIServer
+from harness.agent_trees import write_proc
+from harness.apiserver import ReplayAPIServer
 from tests.events_api import EventsAPI
 from tests.test_agent_end_to_end import GI, NODE, NS, _api, _state, recorded, write_node, write_state
 from webhook.agent.actions import KubeActions

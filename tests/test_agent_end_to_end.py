@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.agent_trees import FakePod, write_cgroup_v2, write_proc
-from tests.apiserver import ReplayAPIServer, load_exchange
+from harness.agent_trees import FakePod, write_cgroup_v2, write_proc
+from harness.apiserver import ReplayAPIServer, load_exchange
 from tests.events_api import EventsAPI
 from webhook.agent.actions import API_CALLS, EvictOutcome, KubeActions
 from webhook.agent.agent import Agent, AgentOptions

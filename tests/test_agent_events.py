@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.apiserver import Blackhole, ReplayAPIServer, load_exchange
+from harness.apiserver import Blackhole, ReplayAPIServer, load_exchange
 from tests.events_api import EventsAPI, create_errors
 from webhook.agent.actions import KubeActions
 from webhook.agent.domain.event_series import (

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.apiserver import load_exchange
+from harness.apiserver import load_exchange
 from webhook.agent.domain.eviction import (
     EVICT_BY_NODE_MEMORY_USAGE,
     KUBELET_EVICTED,

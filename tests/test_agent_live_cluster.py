@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.apiserver import ReplayAPIServer
+from harness.apiserver import ReplayAPIServer
 from tests.test_live_source import write_kubeconfig
 
 

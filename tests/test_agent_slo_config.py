@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.apiserver import load_exchange
+from harness.apiserver import load_exchange
 from webhook.agent.domain.slo_config import Colocation, ConfigTracker, MemoryEvict, SloConfigError, parse_slo_config
 
 

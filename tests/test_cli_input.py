@@ -20,7 +20,7 @@ import orjson
 import pytest
 import yaml
 
-from tests.apiserver import ReplayAPIServer
+from harness.apiserver import ReplayAPIServer
 from tests.serving import free_port
 from tests.test_live_source import serve_webhook_kinds
 from webhook.cli.webhook import main
