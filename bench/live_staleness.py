@@ -48,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 import orjson  # noqa: E402
 
 from harness import real_apiserver  # noqa: E402
+from harness.log_records import Lines  # noqa: E402
 from harness.tcp_proxy import TCPProxy  # noqa: E402
 from webhook.cluster.freshness import Timing  # noqa: E402
 from webhook.cluster.live import LiveSource, _lines, _list_function, api_client  # noqa: E402
@@ -56,20 +57,6 @@ from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, 
 KOORDINATOR = ROOT / "manifests" / "koordinator"
 NEEDED = ("namespace.yaml", "crd-clustercolocationprofiles.yaml", "priorityclasses.yaml", "slo-controller-config.yaml")
 LABEL = "colocation-bench/at"
-
-
-class Lines(logging.Handler):
-    """Every record at INFO and above, with the time it was made."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def since(self, t: float) -> list[logging.LogRecord]:
-        return [r for r in list(self.records) if r.created >= t]
 
 
 def wait(cond: Callable[[], object], timeout: float, step: float = 0.05) -> float | None:

@@ -11,7 +11,7 @@ last-applied annotation, a namespace's spec and status, a quota's used counts) r
 
 `serve` turns ready, and its resident memory (VmRSS) is read after a few seconds of quiet. With ``--burst N``,
 N large reviews (bench/hostile_load.py's ``at-the-caps``: 1 000 containers, 3 MB) are then sent at once, 3 rounds
-3 s apart, and the peak is read as the pod's memory cgroup counts it (bench/hostile_load.py's ``Memory``: a cgroup
+3 s apart, and the peak is read as the pod's memory cgroup counts it (bench/large_reviews.py's ``Memory``: a cgroup
 of its own when run as root, else RSS added up).
 
     python bench/state_memory.py [--sizes 1000,10000,50000] [--profiles 1000] [--classes 206]
@@ -43,6 +43,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.large_reviews import Memory, exchange, large_review, post  # noqa: E402
 from bench.soak import rss_kib  # noqa: E402
 from bench.webhook_load import free_port  # noqa: E402
 from harness.apiserver import Received, ReplayAPIServer  # noqa: E402
@@ -171,8 +172,6 @@ def state_folder(folder: Path, n_ns: int, n_profiles: int = 1000, n_classes: int
 
 def burst_peak(port: int, ca: Path, pid: int, memory: Any, burst: int, rounds: int = 3) -> float:
     """Peak MiB while ``burst`` large reviews arrive at once, ``rounds`` times 3 s apart (as hostile_load)."""
-    from bench.hostile_load import exchange, large_review, post  # it imports this module: not at the top
-
     body = large_review("at-the-caps")
     ctx = ssl.create_default_context(cafile=str(ca))
 
@@ -202,8 +201,6 @@ def burst_peak(port: int, ca: Path, pid: int, memory: Any, burst: int, rounds: i
 def measure(n_ns: int, n_profiles: int, n_classes: int, source: str = "live", burst: int = 0,
             fmt: str = "yaml") -> tuple[float, float, float | None]:
     """(seconds until ready, resident MiB once quiet, peak MiB through the burst or None)."""
-    from bench.hostile_load import Memory
-
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         if source == "files":

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.live_staleness import Lines  # the bench's own log handler: one copy
 from harness import real_apiserver
+from harness.log_records import Lines  # the bench's log handler too: one copy
 from harness.tcp_proxy import TCPProxy
 from tests.test_live_source import wait_for
 from webhook.cluster.freshness import Timing
