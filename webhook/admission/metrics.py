@@ -45,11 +45,10 @@ class ReviewFamily:
     (``_total`` and ``_created`` for a counter; ``_bucket`` with ``le``, ``_count``, ``_sum`` and ``_created`` for
     a histogram).
 
-    Hand-written on purpose: a prometheus_client child costs a method, a check and a lock per update (0.35 µs an
-    inc, 0.7 µs an observe), and a review makes nine: 7 µs of a review's 60 to 110 µs through the HTTP protocol
-    (docs/benchmarks.md). Here an update is one dict write. Every update is made on the event loop's thread (a
-    review answered in a worker is counted when its evaluation comes back, ``ReviewService.record``); a scrape
-    copies each dict in one C call, so it never sees one half-written.
+    Hand-written on purpose: a prometheus_client child costs a method, a check and a lock per update, and a review
+    makes nine (docs/benchmarks.md, "The review path trimmed"). Here an update is one dict write. Every update is
+    made on the event loop's thread (a review answered in a worker is counted when its evaluation comes back,
+    ``ReviewService.record``); a scrape copies each dict in one C call, so it never sees one half-written.
     """
 
     def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], kind: str = "counter",

@@ -43,7 +43,8 @@ def error_body(status: int, message: str) -> bytes:
     return orjson.dumps({"error": message, "code": status})
 
 
-@dataclass(slots=True)  # not frozen: its __init__ would cost 0.5 µs more, and every review makes one
+# Not frozen: a frozen __init__ costs more, and every review makes one (docs/benchmarks.md, "The review path trimmed").
+@dataclass(slots=True)
 class Answer:
     """An HTTP status and JSON body; ``decision`` is the chain's answer when the body was a usable review."""
 

@@ -40,7 +40,7 @@ SUFFIXES = (".yaml", ".yml", ".json")
 _REWATCH_SECONDS = 5.0
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml")  # the names kustomize reads in a folder
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-YAML_LOADER: type[yaml.SafeLoader] = _LOADER  # the C parser where PyYAML has it: safe, 10 times as fast
+YAML_LOADER: type[yaml.SafeLoader] = _LOADER  # the C parser where PyYAML has it: safe, and far faster
 
 
 class StateFileError(ValueError):
@@ -260,8 +260,8 @@ def manifest_files(folder: Path) -> list[Path]:
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off while files load (or a large review is decoded and answered,
     ``webhook.admission.offload``): parsing makes millions of containers and no cycles, and each full collection
-    would trace everything parsed so far (a folder of 10 000 namespaces as one List: 4x the time). Counted, so
-    pauses in two threads do not turn it back on under each other."""
+    would trace everything parsed so far: the load would take several times as long (docs/benchmarks.md, "Figures
+    behind the code's comments"). Counted, so pauses in two threads do not turn it back on under each other."""
     global _PAUSES
     with _PAUSE_LOCK:
         if _PAUSES == 0:
@@ -300,7 +300,8 @@ def _load(folder: Path, locate: str | None = None, read: Iterable[str] = tuple(K
     """
     read = tuple(read)
     # The types of the webhook's kinds (a cluster has thousands of those objects) looked up before the parse; a
-    # node's pods and the node are few, and their types many (150 modules of the client, 7 MiB).
+    # node's pods and the node are few, and their types many (many modules of the client, memory for nothing:
+    # docs/benchmarks.md).
     prepare(k for k in read if k in WEBHOOK_KINDS)
     with collector_paused():
         frozen = pickle.dumps(_parse(folder, locate, read), protocol=pickle.HIGHEST_PROTOCOL)

@@ -72,7 +72,9 @@ def default_priority_class(classes: Iterable[dict[str, Any]]) -> dict[str, Any] 
     return best
 
 
-@dataclass(slots=True)  # not frozen: a frozen one takes 0.5 µs more to make, and every review makes one
+# Not frozen: a frozen one costs more to make, and every review makes one (docs/benchmarks.md, "The review path
+# trimmed").
+@dataclass(slots=True)
 class PriorityResolution:
     """What the Priority plugin computes for a pod CREATE, or the Forbidden text it answers."""
 
