@@ -58,19 +58,24 @@ def test_each_rule_run_is_counted_and_timed_per_type_and_operation() -> None:
 
 
 @dataclass
-class _Raises:
-    NAME: str = "raises"
+class _Rule:
+    """A validating rule that handles every request and allows it, or raises."""
+
+    NAME: str
+    raises: bool = False
 
     def handles(self, request: Any) -> bool:
         return True
 
     def validate(self, ctx: Any) -> Denial | None:
-        raise RuntimeError("boom")
+        if self.raises:
+            raise RuntimeError("boom")
+        return None
 
 
 def test_a_rule_that_raises_is_timed_too() -> None:
     metrics = Metrics(ClusterState())
-    chain.validate(request(pod()), make_state(), chain.Settings(), rules=(_Raises(),), rule_times=metrics.rule_times)
+    chain.validate(request(pod()), make_state(), chain.Settings(), rules=(_Rule("raises", raises=True),), rule_times=metrics.rule_times)
     assert _samples(metrics)[(NAME + "_count", "validate", "CREATE", "raises")] == 1
 
 
@@ -158,24 +163,13 @@ def test_the_burst_check_sees_lost_counts() -> None:
     raise AssertionError("three bursts lost no count: the check could not tell a lossy tally")
 
 
-@dataclass
-class _Allows:
-    NAME: str = "allows"
-
-    def handles(self, request: Any) -> bool:
-        return True
-
-    def validate(self, ctx: Any) -> Denial | None:
-        return None
-
-
 def test_the_chain_run_from_several_threads_at_once_counts_every_run() -> None:
     metrics, state, threads, each = Metrics(ClusterState()), make_state(), 6, 1500
     req = request(pod())
 
     def work() -> None:
         for _ in range(each):
-            chain.validate(req, state, chain.Settings(), rules=(_Allows(), _Allows("again")),
+            chain.validate(req, state, chain.Settings(), rules=(_Rule("allows"), _Rule("again")),
                            rule_times=metrics.rule_times)
 
     _burst(threads, work)
