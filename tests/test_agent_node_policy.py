@@ -23,7 +23,7 @@ import yaml
 
 from tests.apiserver import ReplayAPIServer, load_exchange
 from tests.cel_check import require_clean
-from tests.test_agent_end_to_end import NODE, NS, _acting_agent, _evict_path, _routes_for_acting
+from tests.agent.test_cycle import NODE, NS, _acting_agent, _evict_path, _routes_for_acting
 from webhook.agent.agent import PRESSURE_CONDITION
 from webhook.core.resources import BATCH_RESOURCES
 

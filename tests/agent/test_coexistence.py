@@ -13,7 +13,7 @@ import pytest
 from tests.agent_trees import write_proc
 from tests.apiserver import ReplayAPIServer
 from tests.events_api import EventsAPI
-from tests.test_agent_end_to_end import GI, NODE, NS, _api, _state, recorded, write_node, write_state
+from tests.agent.test_cycle import GI, NODE, NS, _api, _state, recorded, write_node, write_state
 from webhook.agent.actions import KubeActions
 from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector

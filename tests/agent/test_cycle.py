@@ -436,7 +436,7 @@ def test_run_dry_run_logs_decisions_and_stops_on_sigterm(tmp_path: Path) -> None
 
     state = write_state(tmp_path / "state")
     proc, cg = write_node(tmp_path, 24 * GI, USAGE)
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     p = subprocess.Popen([sys.executable, "-m", "webhook.cli.agent", "run", "--node-name", NODE, "--cluster-state",
                           str(state), "--proc-root", str(proc), "--cgroup-root", str(cg), "--dry-run",
                           "--interval", "100ms", "--metrics-port", "0"],

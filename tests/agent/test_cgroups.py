@@ -16,7 +16,7 @@ import pytest
 
 from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
 from tests.apiserver import Blackhole
-from tests.test_agent_end_to_end import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
+from tests.agent.test_cycle import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
 from webhook.agent.actions import KubeActions
 from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
