@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from tests.apiserver import load_exchange
-from webhook.agent.agent import pod_view
 from webhook.agent.domain.batch_allocatable import (
     PodLoad,
     UsageWindow,
@@ -17,6 +16,7 @@ from webhook.agent.domain.batch_allocatable import (
     withheld,
     zero_reason,
 )
+from webhook.agent.inputs import pod_view
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
 
 GI = 2**30
