@@ -50,12 +50,13 @@ class Agent:
         self.clock = clock
         self.coexistence = Coexistence(options.disabled, self.metrics)
         self.inputs = ClusterInputs(options, state, actions, self.metrics)
-        self.eviction = MemoryEviction(options, self.coexistence, collector, actions, self.metrics)
+        shared = (options, self.coexistence, actions, self.metrics)
+        self.eviction = MemoryEviction(*shared, collector)
         self.limits = CgroupLimits()
         self.suppress = CpuSuppress(options.node_name, self.metrics)
         self.cgroup_plan = CgroupPlan(options, self.coexistence)
-        self.batch = BatchResources(options, self.coexistence, actions, self.metrics)
-        self.condition = NodeCondition(options, self.coexistence, actions, self.metrics)
+        self.batch = BatchResources(*shared)
+        self.condition = NodeCondition(*shared)
         self._cgroups: CgroupFiles | None = None   # the cgroup files both cgroup capabilities read and write
         self._last_collect_error: str | None = None
 

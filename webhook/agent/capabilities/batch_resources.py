@@ -8,6 +8,7 @@ import logging
 from dataclasses import dataclass
 
 from webhook.agent.actions import KubeActions
+from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.collectors import Sample
 from webhook.agent.domain import batch_allocatable as batchcalc
@@ -29,13 +30,10 @@ class BatchDecision:
     reason: str | None              # why a value is 0
 
 
-class BatchResources:
+class BatchResources(Shared):
     def __init__(self, options: AgentOptions, coexistence: Coexistence, actions: KubeActions | None,
                  metrics: AgentMetrics) -> None:
-        self.options = options
-        self.coexistence = coexistence
-        self.actions = actions
-        self.metrics = metrics
+        super().__init__(options, coexistence, actions, metrics)
         self.window = batchcalc.UsageWindow(60)
         self.last_update: float | None = None
         self._seen: dict[str, int] | None = None   # the node's batch values the last cycle saw
@@ -96,8 +94,8 @@ class BatchResources:
     def act(self, now: float, inputs: Inputs, decision: BatchDecision) -> None:
         """Publish the values in the node status when they moved enough (or it is time), unless another writer
         has taken them over."""
-        node, node_name = inputs.node, self.options.node_name
-        if not self.on or node is None or (self.actions is None and not self.options.dry_run):
+        node_name = self.options.node_name
+        if not self.on or not self.writes_node(inputs.node):
             return
         colo = inputs.colocation
         current = batchcalc.published(inputs.status.get("allocatable"))

@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 
 from webhook.agent.actions import EvictOutcome, KubeActions
+from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.collectors import Collector, used_memory
 from webhook.agent.domain.coexistence import Capability
@@ -54,14 +55,11 @@ class MemoryDecision:
         return max((t.need for t in self.tasks), default=0)
 
 
-class MemoryEviction:
-    def __init__(self, options: AgentOptions, coexistence: Coexistence, collector: Collector,
-                 actions: KubeActions | None, metrics: AgentMetrics) -> None:
-        self.options = options
-        self.coexistence = coexistence
+class MemoryEviction(Shared):
+    def __init__(self, options: AgentOptions, coexistence: Coexistence, actions: KubeActions | None,
+                 metrics: AgentMetrics, collector: Collector) -> None:
+        super().__init__(options, coexistence, actions, metrics)
         self.collector = collector
-        self.actions = actions
-        self.metrics = metrics
         self.engine = EngineState()
         self.memory = EvictionMemory()
         self.trigger_level: int | None = None    # node usage at which the next memory threshold is met

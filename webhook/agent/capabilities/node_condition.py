@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webhook.agent.actions import KubeActions
+from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain.coexistence import Capability
 from webhook.agent.metrics import AgentMetrics
@@ -28,13 +29,10 @@ def _wall() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-class NodeCondition:
+class NodeCondition(Shared):
     def __init__(self, options: AgentOptions, coexistence: Coexistence, actions: KubeActions | None,
                  metrics: AgentMetrics) -> None:
-        self.options = options
-        self.coexistence = coexistence
-        self.actions = actions
-        self.metrics = metrics
+        super().__init__(options, coexistence, actions, metrics)
         self.last_status: str | None = None      # the status the agent last set
 
     def decide(self, pressure: bool, observed: Sequence[str]) -> Condition:
@@ -53,7 +51,7 @@ class NodeCondition:
 
     def act(self, node: dict[str, Any] | None, cond: Condition) -> None:
         """Patch ``cond`` into the node status when it differs from the one there (or the one last set)."""
-        if node is None or (self.actions is None and not self.options.dry_run):
+        if node is None or not self.writes_node(node):
             return
         on_node = next((c for c in ((node.get("status") or {}).get("conditions") or [])
                         if c.get("type") == PRESSURE_CONDITION), None)
