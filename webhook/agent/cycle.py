@@ -121,8 +121,8 @@ class Agent:
 
     def _cgroup_writes(self, sample: Sample, inputs: Inputs) -> list[CgroupWrite]:
         """BE limits and BE suppression: decide each, plan their writes as one, and (in ``run``) make them."""
-        limits, suppression = self.coexistence.on(Capability.BE_CGROUP_LIMITS), self.coexistence.on(
-            Capability.CPU_SUPPRESS)
+        on = self.coexistence.on
+        limits, suppression = on(Capability.BE_CGROUP_LIMITS), on(Capability.CPU_SUPPRESS)
         if sample.layout is None or not (limits or suppression):
             return []
         files = self._files(sample.layout)

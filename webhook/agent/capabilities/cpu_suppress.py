@@ -5,6 +5,10 @@ The budget is one formula for every policy (webhook.agent.domain.cpu_suppress); 
 it is enforced. Each policy is an object with ``suppress`` (it is in force) and ``recover`` (it is not, or
 suppression is off: undo what it wrote, once), as koordlet recovers the policy not in force. ``cfsQuota`` writes
 the tier's CPU quota; ``cpuset`` is not implemented yet: it says so once, and the quota is recovered.
+
+A policy is a ``SuppressPolicy`` in ``CpuSuppress.policies``, keyed by its ``cpuSuppressPolicy`` name; what it
+writes is a field of ``SuppressTarget``, which ``SuppressTarget.tier`` puts on the folders to plan, and
+``record`` sees how the writes went.
 """
 
 from __future__ import annotations
