@@ -162,4 +162,4 @@ def test_the_check_sees_bench_and_tests_import_each_other() -> None:
     assert forbidden_imports(graph) == ["bench.agent -> tests.mutating", "harness.kernel -> tests.conftest",
                                         "tests.test_x -> bench.chain"]
     # "from harness import x" names the module x of the package
-    assert "harness.real_apiserver" in import_graph(TESTS, HARNESS)["tests.test_real_apiserver"]
+    assert "harness.real_apiserver" in import_graph(TESTS, HARNESS)["tests.e2e.test_real_apiserver"]
