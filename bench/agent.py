@@ -38,9 +38,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agent_trees import FakePod, write_cgroup_v2, write_proc
-from tests.apiserver import ReplayAPIServer
-from tests.kernel import (
+from harness.agent_trees import FakePod, write_cgroup_v2, write_proc
+from harness.apiserver import ReplayAPIServer
+from harness.kernel import (
     RealCgroupRoot,
     allocator_code,
     crossing,

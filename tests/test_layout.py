@@ -12,7 +12,7 @@ TESTS = ROOT / "tests"
 # Whole programs as a user or the apiserver meets them: no one module to mirror.
 PROGRAM_FOLDERS = {"cli", "e2e", "deploy"}
 # The repository as a whole, and webhook/compiled.py (a module at the package's top).
-TOP = {"test_architecture_doc.py", "test_bench_scripts.py", "test_cel_check.py", "test_compiled.py",
+TOP = {"test_architecture_doc.py", "test_bench_scripts.py", "test_cel_check.py", "test_citations.py", "test_compiled.py",
        "test_import_cycles.py", "test_layout.py", "test_lint.py", "test_lock.py", "test_readme.py"}
 # Tests of a package's contract rather than of one module.
 CONTRACTS = {"admission/rules/test_contract.py"}

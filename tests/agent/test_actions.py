@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.apiserver import Blackhole, ReplayAPIServer, load_exchange
+from harness.apiserver import Blackhole, ReplayAPIServer, load_exchange
 from tests.events_api import EventsAPI, create_errors
 from webhook.agent.actions import KubeActions
 from webhook.agent.domain.event_series import (
@@ -169,13 +169,13 @@ def test_the_routes_refuse_what_the_apiserver_refuses() -> None:
         {"series": {"count": 1, "lastObservedTime": "2026-01-01T00:00:00.000000Z"}})
 
 
-def test_an_eviction_event_is_events_k8s_io_with_koordlets_reason_and_the_seeds_note(srv: ReplayAPIServer) -> None:
+def test_an_eviction_event_is_events_k8s_io_with_koordlets_reason_and_note(srv: ReplayAPIServer) -> None:
     events = EventsAPI(srv, (NS,))
     actions = _actions(srv, Clock())
     note = watermark_message(NODE, 8077889699).format(name="be-evict-ok")
     assert actions.event(POD, "evictPodSuccess", note, "Evict")
     ((_, stored),) = events.stored.items()
-    # What koordlet recorded for the same eviction (the seed's `kubectl get event` line), as a core/v1 Event.
+    # What koordlet recorded for the same eviction, as a core/v1 Event (tests/fixtures/README.md).
     koordlet = load_exchange("events-create-evictpodsuccess")["request"]["body"]
     assert (stored["reason"], stored["type"], stored["note"]) == (koordlet["reason"], koordlet["type"],
                                                                   koordlet["message"])

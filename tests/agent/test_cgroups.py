@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from harness.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
+from harness.apiserver import Blackhole
 from tests.agent.test_cycle import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
-from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
-from tests.apiserver import Blackhole
 from webhook.agent.actions import KubeActions
 from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent

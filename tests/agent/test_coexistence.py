@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from harness.agent_trees import write_proc
+from harness.apiserver import ReplayAPIServer
 from tests.agent.test_cycle import GI, NODE, NS, _api, _state, recorded, write_node, write_state
-from tests.agent_trees import write_proc
-from tests.apiserver import ReplayAPIServer
 from tests.events_api import EventsAPI
 from webhook.agent.actions import KubeActions
 from webhook.agent.collectors import Collector

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_trees import FakePod, pod_dir_v2, set_pod_cpu_v2, write_cgroup_v1, write_cgroup_v2, write_proc
+from harness.agent_trees import FakePod, pod_dir_v2, set_pod_cpu_v2, write_cgroup_v1, write_cgroup_v2, write_proc
 from webhook.agent.collectors import CollectError, Collector, detect_layout, read_cpu_ticks, read_meminfo
 
 GI, MI = 2**30, 2**20

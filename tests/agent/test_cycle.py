@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.agent_trees import FakePod, write_cgroup_v2, write_proc
-from tests.apiserver import ReplayAPIServer, load_exchange
+from harness.agent_trees import FakePod, write_cgroup_v2, write_proc
+from harness.apiserver import ReplayAPIServer, load_exchange
 from tests.events_api import EventsAPI
 from webhook.agent.actions import API_CALLS, EvictOutcome, KubeActions
 from webhook.agent.collectors import Collector
@@ -310,7 +310,8 @@ def test_refused_eviction_moves_on_and_nothing_beyond_need(tmp_path: Path, srv: 
     posts = [r.path for r in srv.received if r.path.endswith("/eviction")]
     assert posts == [_evict_path("be-protected"), _evict_path("be-evict-ok")]     # biggest first, then next
     failed, evicted = (r.body for r in events.creates())
-    # The refused one first: koordlet's evictPodFail, the seed's message and the API's answer.
+    # The refused one first: koordlet's evictPodFail, its message (``pkg/koordlet/qosmanager/plugins/util/evictor.go``)
+    # and the API's answer.
     assert (failed["reason"], failed["action"], failed["type"]) == ("evictPodFail", "Evict", "Warning")
     assert failed["regarding"]["name"] == "be-protected"
     assert failed["note"].startswith("evict Pod:be-protected, reason: EvictPodByNodeMemoryUsage, message: "

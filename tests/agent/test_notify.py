@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
+from harness.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
 from webhook.agent.domain.memory_notify import SamplerGate, memcg_threshold, near_level, needs_rearm, trigger_level
 from webhook.agent.domain.thresholds import (
     MEMORY_AVAILABLE,

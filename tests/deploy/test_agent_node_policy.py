@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.apiserver import ReplayAPIServer, load_exchange
 from tests.agent.test_cycle import NODE, NS, _acting_agent, _evict_path, _routes_for_acting
-from tests.apiserver import ReplayAPIServer, load_exchange
 from tests.cel_check import require_clean
 from webhook.agent.capabilities.node_condition import PRESSURE_CONDITION
 from webhook.core.resources import BATCH_RESOURCES

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from tests.apiserver import ReplayAPIServer
-from tests.kernel import (
+from harness.apiserver import ReplayAPIServer
+from harness.kernel import (
     RealCgroupRoot,
     allocator_code,
     crossing,

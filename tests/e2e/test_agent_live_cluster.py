@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.apiserver import ReplayAPIServer
+from harness.apiserver import ReplayAPIServer
 from tests.cluster.test_live import write_kubeconfig
 
 

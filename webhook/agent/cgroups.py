@@ -87,7 +87,7 @@ class CgroupFiles:
     agent wrote to one of them, and again at least every ``verify_seconds`` (spread over cycles), so a value
     changed behind the agent's back is put back within that time while a steady node costs few reads. The files
     read stay open while their pod is a BE pod on the node, and are read again with ``pread``: an open and a
-    close cost three times the read (14 µs against 3.5 µs on cgroup v1, caches cold).
+    close cost several times the read (docs/benchmarks.md, "Figures behind the code's comments").
     """
 
     def __init__(self, layout: Layout, metrics: AgentMetrics | None = None, page_size: int = PAGE_SIZE,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.apiserver import load_exchange
+from harness.apiserver import load_exchange
 from webhook.agent.domain.batch_allocatable import (
     PodLoad,
     UsageWindow,
@@ -94,8 +94,8 @@ def test_why_the_formula_does_not_run() -> None:
         "no usage measured yet; no Node object n1 found (this machine's capacity stands in; nothing is published)")
 
 
-def test_seed_003_units_published_as_integers() -> None:
-    # Seed 003: 50 cores -> batch-cpu 50000, 50 GB -> batch-memory 53687091200.
+def test_batch_units_published_as_integers() -> None:
+    # 50 cores -> batch-cpu 50000 (milli-cores), 50 GiB -> batch-memory 53687091200 (bytes).
     r = batch_allocatable(100000, 100 * GI, 0, 0, [], 50, 50)
     assert r.resources() == {BATCH_CPU: 50000, BATCH_MEMORY: 53687091200}
     assert status_patch(r.resources())["status"]["allocatable"] == {BATCH_CPU: "50000", BATCH_MEMORY: "53687091200"}

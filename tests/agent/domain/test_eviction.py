@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.apiserver import load_exchange
+from harness.apiserver import load_exchange
 from webhook.agent.domain.eviction import (
     EVICT_BY_NODE_MEMORY_USAGE,
     KUBELET_EVICTED,
@@ -97,7 +97,7 @@ def test_victims_until_usage_covers_need(name: str, usages: dict[str, int], need
     assert memory.last_evict_time == (10.0 if expected else None)
 
 
-def test_seed_000_event_message_matches_the_recorded_event() -> None:
+def test_watermark_event_message_matches_the_recorded_event() -> None:
     recorded = load_exchange("events-create-evictpodsuccess")["request"]["body"]["message"]
     assert watermark_message("colo-node-1", 8077889699).format(name="be-evict-ok") == recorded
 

@@ -1,4 +1,4 @@
-"""slo-controller-config: seed field names and defaults, node overrides, validation, last good config."""
+"""slo-controller-config: Koordinator's field names, the defaults of docs/agent.md, node overrides, validation, last good config."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.apiserver import load_exchange
+from harness.apiserver import load_exchange
 from webhook.agent.domain.slo_config import Colocation, ConfigTracker, MemoryEvict, SloConfigError, parse_slo_config
 
 

@@ -64,7 +64,7 @@ def test_errors_name_their_flag(flags: dict, shown: str) -> None:
     assert not str(exc.value).startswith("--")  # the kubelet's own text is unchanged
 
 
-def test_seed_002_examples_parse() -> None:
+def test_kubelet_flag_examples_parse() -> None:
     ts = parse_thresholds(hard="memory.available<10%", soft="memory.available<1Gi",
                           soft_grace_period="memory.available=1m30s",
                           minimum_reclaim="memory.available=0Mi,nodefs.available=500Mi,imagefs.available=2Gi")

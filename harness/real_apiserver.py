@@ -241,7 +241,7 @@ def cluster() -> Iterator[Cluster]:
 def for_tests() -> Iterator[Cluster]:
     """The tier's apiserver for a test module's fixture: skipped, with the reason, when there is none or it is
     older than 1.30."""
-    import pytest  # only the tests need it; `python -m tests.real_apiserver` does not
+    import pytest  # only the tests need it; `python -m harness.real_apiserver` does not
 
     reason = skip_reason()
     if reason:
@@ -252,7 +252,7 @@ def for_tests() -> Iterator[Cluster]:
         yield c
 
 
-if __name__ == "__main__":  # start one by hand: python -m tests.real_apiserver (stops on Enter or Ctrl-C)
+if __name__ == "__main__":  # start one by hand: python -m harness.real_apiserver (stops on Enter or Ctrl-C)
     reason = skip_reason()
     if reason:
         raise SystemExit(reason)

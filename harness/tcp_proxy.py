@@ -1,5 +1,5 @@
 """A small TCP proxy for the tests and the benchmarks: between a client and an API server (the replay server of
-tests/apiserver.py, or a real kube-apiserver), it passes bytes, resets connections or drops them silently.
+harness/apiserver.py, or a real kube-apiserver), it passes bytes, resets connections or drops them silently.
 
 - ``pass``: bytes go both ways, as a plain TCP hop.
 - ``reset``: every open connection is reset (RST, both sides), and every new one is accepted and reset at once,

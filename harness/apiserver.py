@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit
 
-API_FIXTURES = Path(__file__).resolve().parent / "fixtures" / "api"
+API_FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "api"
 
 
 def load_exchange(name: str) -> dict[str, Any]:
