@@ -292,16 +292,18 @@ class CpusetFolder:
     cpus: frozenset[int] | None         # None: the folder has no cpuset.cpus (cgroup v2, controller not enabled)
 
 
-def plan_cpuset_writes(folders: Sequence[CpusetFolder], target: frozenset[int]) -> list[CgroupWrite]:
+def plan_cpuset_writes(folders: Sequence[CpusetFolder], target: frozenset[int],
+                       tier_held: frozenset[int] | None = None) -> list[CgroupWrite]:
     """The writes that bring every folder to ``target``, in an order the kernel accepts at every step.
 
     ``folders`` lists the tier first and every folder before the folders below it (pre-order, as a directory
-    walk yields them). A folder already holding the value of a step is not written.
+    walk yields them); ``tier_held``: the CPUs the tier's pods may use now when its ``cpuset.cpus`` does not say
+    (empty on cgroup v2: its parent's). A folder already holding the value of a step is not written.
     """
     if not folders or not target:
         return []
     held = {f.path: f.cpus for f in folders if f.cpus is not None}
-    tier = folders[0].cpus or frozenset()
+    tier = tier_held if tier_held is not None else folders[0].cpus or frozenset()
     writes: list[CgroupWrite] = []
     for value, order in ((tier | target, folders), (target, list(reversed(folders)))):
         text = format_cpu_list(value)
