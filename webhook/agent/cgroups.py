@@ -53,8 +53,10 @@ _WHY = {
 # cpuset.cpus is refused for its own reasons (cgroup v1: a child's CPUs within its parent's, a parent's holding its
 # children's; any version: CPUs that are not online).
 _WHY_CPUSET = {
-    errno.EINVAL: "the kernel refused the CPUs (on cgroup v1 some are outside the parent folder's; or offline)",
+    errno.EACCES: "some CPUs are outside the parent folder's (cgroup v1), or no permission to write cgroup files",
     errno.EBUSY: "a folder below still holds CPUs this value drops (cgroup v1)",
+    errno.EINVAL: "the kernel refused the CPUs (not online, or not a CPU list)",
+    errno.ENOSPC: "no CPU left for the folder's tasks",
 }
 
 
