@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.agent.test_cycle import NODE, NS, _acting_agent, _evict_path, _routes_for_acting
 from tests.apiserver import ReplayAPIServer, load_exchange
 from tests.cel_check import require_clean
-from tests.test_agent_end_to_end import NODE, NS, _acting_agent, _evict_path, _routes_for_acting
-from webhook.agent.agent import PRESSURE_CONDITION
+from webhook.agent.capabilities.node_condition import PRESSURE_CONDITION
 from webhook.core.resources import BATCH_RESOURCES
 
 celpy = pytest.importorskip("celpy", reason="cel-python is a test extra: pip install -e '.[test]'")

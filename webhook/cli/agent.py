@@ -42,8 +42,8 @@ from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMES
 from webhook.core.quantity import format_binary_si
 
 if TYPE_CHECKING:  # imported where used: `--help` and usage errors need none of them
-    from webhook.agent.agent import AgentOptions
     from webhook.agent.collectors import Collector
+    from webhook.agent.options import AgentOptions
     from webhook.cluster.sources import Source
 
 log = logging.getLogger("colocation-agent")
@@ -58,7 +58,7 @@ def _node_name(args: argparse.Namespace) -> str:
 
 
 def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool = False) -> AgentOptions:
-    from webhook.agent.agent import AgentOptions
+    from webhook.agent.options import AgentOptions
 
     try:
         thresholds = parse_thresholds(args.eviction_hard, args.eviction_soft, args.eviction_soft_grace_period,
@@ -156,7 +156,7 @@ def _text(out: dict[str, Any]) -> str:
 
 
 def once(args: argparse.Namespace) -> int:
-    from webhook.agent.agent import Agent
+    from webhook.agent.cycle import Agent
 
     setup_logging("text", logging.WARNING)
     node = _node_name(args)
@@ -180,7 +180,7 @@ def once(args: argparse.Namespace) -> int:
         if args.cpu_sample_seconds > 0:  # CPU is a rate: prime the counters, then measure
             collector.collect(time.monotonic())
             time.sleep(args.cpu_sample_seconds)
-        out = Agent(options, collector, state).cycle()
+        out = Agent(options, collector, state).cycle().as_dict()
     finally:
         if source is not None:
             source.stop()
@@ -206,7 +206,8 @@ def _raise_open_files_limit() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from webhook.agent.actions import KubeActions
-    from webhook.agent.agent import Agent, run_loop
+    from webhook.agent.cycle import Agent
+    from webhook.agent.loop import run_loop
     from webhook.agent.metrics import AgentMetrics, Health, serve
     from webhook.agent.notify import MemoryWatch
 

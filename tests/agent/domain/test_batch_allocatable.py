@@ -1,11 +1,10 @@
-"""Batch allocatable (seed 003 formula), usage window, anti-churn, degrade, node status patch body."""
+"""Batch allocatable (the formula in docs/agent.md, "What it does, every cycle"), usage window, anti-churn, degrade, node status patch body."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.apiserver import load_exchange
-from webhook.agent.agent import pod_view
 from webhook.agent.domain.batch_allocatable import (
     PodLoad,
     UsageWindow,
@@ -17,6 +16,7 @@ from webhook.agent.domain.batch_allocatable import (
     withheld,
     zero_reason,
 )
+from webhook.agent.inputs import pod_view
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
 
 GI = 2**30
@@ -31,7 +31,7 @@ def be(cpu: float | None, mem: float | None) -> PodLoad:
 
 
 @pytest.mark.parametrize("name,args,cpu,memory", [
-    # koordinator.md §6 worked example: 100 cores, 65% -> 65000 - system 7000 - HP 33000 = 25000 milli.
+    # A worked example of the formula: 100 cores, 65% -> 65000 - system 7000 - HP 33000 = 25000 milli.
     ("worked example", dict(alloc_cpu_milli=100000, alloc_memory=100 * GI, node_cpu_milli=40000 + 5000,
                             node_memory=0, pods=[hp(33000, 0), be(5000, 0)], cpu_percent=65, memory_percent=65),
      25000, 65 * GI),

@@ -10,15 +10,16 @@ from typing import Any
 
 import pytest
 
+from tests.agent.test_cycle import GI, NODE, NS, _api, _state, recorded, write_node, write_state
 from tests.agent_trees import write_proc
 from tests.apiserver import ReplayAPIServer
 from tests.events_api import EventsAPI
-from tests.test_agent_end_to_end import GI, NODE, NS, _api, _state, recorded, write_node, write_state
 from webhook.agent.actions import KubeActions
-from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
+from webhook.agent.cycle import Agent
 from webhook.agent.domain.coexistence import Capability, CapabilityError, node_status_overwritten, parse_disabled
 from webhook.agent.domain.thresholds import parse_thresholds
+from webhook.agent.options import AgentOptions
 from webhook.cluster.files import FilesSource
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
@@ -68,9 +69,9 @@ def _footprint(tmp_path: Path, srv: ReplayAPIServer, disabled: frozenset[Capabil
     """What the agent asked of the API and wrote to cgroups over two cycles, by the capability it belongs to."""
     events = EventsAPI(srv, (NS,))
     agent = _agent(tmp_path, srv, disabled)
-    first = agent.cycle(now=0.0)
+    first = agent.cycle(now=0.0).as_dict()
     _cpu_moves(tmp_path)
-    outs = [first, agent.cycle(now=1.0)]   # the second has a CPU rate: suppression acts
+    outs = [first, agent.cycle(now=1.0).as_dict()]   # the second has a CPU rate: suppression acts
     evictions = [e for out in outs for e in out["evictions"]]
     writes = [(w["path"], w["file"], w["value"]) for out in outs for w in out["cgroupWrites"]]
     patches = [r.body["status"] for r in srv.requests_to("PATCH", STATUS)]
@@ -125,7 +126,7 @@ def test_both_evictions_off_claim_no_memory_pressure(tmp_path: Path, srv: Replay
     """Past both thresholds, but neither eviction runs: the condition says Unknown, and goes on no node."""
     agent = _agent(tmp_path, srv, EVICTION_OFF)
     for i in range(3):
-        out = agent.cycle(now=float(i))
+        out = agent.cycle(now=float(i)).as_dict()
         assert out["conditions"] == [{"type": "BEMemoryPressure", "status": "Unknown", "reason": "EvictionDisabled",
                                       "message": "memory-eviction and kubelet-eviction are disabled: the agent "
                                                  "handles no BE memory pressure"}]
@@ -178,7 +179,7 @@ def test_another_writer_of_the_node_status_is_said_once_and_not_fought(
                                                    {"capability": "batch-resources"}) == 1
     assert agent.metrics.registry.get_sample_value("colocation_agent_capability_enabled",
                                                    {"capability": "batch-resources"}) == 0
-    off = agent.cycle(now=500.0)["capabilitiesOff"]
+    off = agent.cycle(now=500.0).as_dict()["capabilitiesOff"]
     assert off["memory-eviction"] == off["kubelet-eviction"] == "disabled"
     assert off["batch-resources"].startswith("another writer: node colo-node-1 status now has")
 
@@ -189,14 +190,14 @@ def test_another_writer_of_the_be_cpu_quota_is_said_once_and_not_fought(
     agent = _agent(tmp_path, srv, frozenset({Capability.MEMORY_EVICTION, Capability.KUBELET_EVICTION}))
     agent.cycle(now=0.0)
     _cpu_moves(tmp_path)
-    written = [w for w in agent.cycle(now=1.0)["cgroupWrites"] if w["path"] == BESTEFFORT]
+    written = [w for w in agent.cycle(now=1.0).as_dict()["cgroupWrites"] if w["path"] == BESTEFFORT]
     assert written
     cpu_max = tmp_path / "cgroup" / BESTEFFORT / "cpu.max"
     cpu_max.write_text("max 100000\n")                             # koordlet lifts it
     writes_after = []
     for i in range(2, 40):
         _cpu_moves(tmp_path, i)
-        writes_after += agent.cycle(now=float(i))["cgroupWrites"]
+        writes_after += agent.cycle(now=float(i)).as_dict()["cgroupWrites"]
     assert cpu_max.read_text() == "max 100000\n"
     assert [w for w in writes_after if w["path"] == BESTEFFORT] == []
     assert Capability.CPU_SUPPRESS in agent.yielded and Capability.BE_CGROUP_LIMITS not in agent.yielded

@@ -75,7 +75,7 @@ def test_seed_002_examples_parse() -> None:
 
 
 @pytest.mark.parametrize("name,value,capacity,expected", [
-    ("float32 10% of 10Gi", "10%", 10 * GI, 1073741840),   # kubernetes.md §4.2, not 1073741824
+    ("float32 10% of 10Gi", "10%", 10 * GI, 1073741840),   # the kubelet's float32 percentage (pkg/kubelet/eviction/helpers.go), not 1073741824
     ("quantity", "500Mi", 10 * GI, 500 * MI),
     ("5% of 32Gi", "5%", 32 * GI, int(float(32 * GI) * 0.05000000074505806)),
 ])
@@ -102,7 +102,7 @@ def test_less_than_is_strict(name: str, available: int, enforce: bool, expected:
 
 
 @pytest.mark.parametrize("name,used_percent,met", [
-    ("seed 000: 70% triggers at equality", Fraction(70), True),
+    ("70% triggers at equality", Fraction(70), True),
     ("just below 70%", Fraction(6999, 100), False),
     ("above", Fraction(75), True),
 ])

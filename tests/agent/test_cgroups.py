@@ -14,13 +14,14 @@ from typing import Any
 
 import pytest
 
+from tests.agent.test_cycle import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
 from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
 from tests.apiserver import Blackhole
-from tests.test_agent_end_to_end import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
 from webhook.agent.actions import KubeActions
-from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
+from webhook.agent.cycle import Agent
 from webhook.agent.metrics import AgentMetrics, Health, serve
+from webhook.agent.options import AgentOptions
 from webhook.cluster.files import FilesSource
 from webhook.cluster.state import AGENT_KINDS, ClusterState
 
@@ -115,14 +116,14 @@ def test_run_makes_exactly_the_listed_writes(tmp_path: Path, version: int, drive
     ls_files = {p: p.read_text() for p in cg.rglob("*")
                 if p.is_file() and (LS_UID in str(p) or LS_UID.replace("-", "_") in str(p))}
     assert ls_files                                          # the LS pod has folders and limit files too
-    planned = Agent(AgentOptions(NODE), Collector(proc, cg), state).cycle(now=0.0)["cgroupWrites"]
+    planned = Agent(AgentOptions(NODE), Collector(proc, cg), state).cycle(now=0.0).as_dict()["cgroupWrites"]
     metrics = AgentMetrics()
     agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state, metrics=metrics)
-    made = agent.cycle(now=0.0)["cgroupWrites"]
+    made = agent.cycle(now=0.0).as_dict()["cgroupWrites"]
     assert made == planned and made
     for w in made:
         assert (cg / w["path"] / w["file"]).read_text() == w["value"]
-    assert agent.cycle(now=1.0)["cgroupWrites"] == []          # in place: nothing more to write
+    assert agent.cycle(now=1.0).as_dict()["cgroupWrites"] == []          # in place: nothing more to write
     assert {p: p.read_text() for p in ls_files} == ls_files      # the LS pod's files untouched
     file = "cpu.max" if version == 2 else "cpu.cfs_quota_us"
     assert metrics.cgroup_writes.labels(file)._value.get() == 8
@@ -137,7 +138,7 @@ def test_dry_run_writes_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture
     cg = tree(tmp_path, 2, "systemd")
     before = {p: p.read_text() for p in cg.rglob("*") if p.is_file()}
     with caplog.at_level(logging.INFO, "colocation-agent"):
-        out = Agent(AgentOptions(NODE, dry_run=True, enforce=True), Collector(proc, cg), state).cycle(now=0.0)
+        out = Agent(AgentOptions(NODE, dry_run=True, enforce=True), Collector(proc, cg), state).cycle(now=0.0).as_dict()
     assert out["cgroupWrites"] and {p: p.read_text() for p in before} == before
     assert sum("dry-run: would write" in r.getMessage() for r in caplog.records) == len(out["cgroupWrites"])
 
@@ -167,7 +168,7 @@ def test_a_refused_write_is_counted_logged_and_retried(tmp_path: Path, caplog: p
 
     agent._files = vanish_then_apply  # type: ignore[method-assign]
     with caplog.at_level(logging.WARNING, "colocation-agent"):
-        first = agent.cycle(now=0.0)["cgroupWrites"]
+        first = agent.cycle(now=0.0).as_dict()["cgroupWrites"]
     assert metrics.cgroup_refusals.labels("memory.max", "EISDIR")._value.get() == 1
     refused = [r.getMessage() for r in caplog.records if "refused" in r.getMessage()]
     assert refused == [(f"cgroup write refused, retrying next cycle: kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}/"
@@ -176,7 +177,7 @@ def test_a_refused_write_is_counted_logged_and_retried(tmp_path: Path, caplog: p
     agent._files = original  # type: ignore[method-assign]
     target.rmdir()
     target.write_text("max\n")
-    again = agent.cycle(now=1.0)["cgroupWrites"]
+    again = agent.cycle(now=1.0).as_dict()["cgroupWrites"]
     assert again == [{"path": f"kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}", "file": "memory.max",
                       "value": str(4 * GI)}]
     assert len(first) == 24
@@ -196,7 +197,7 @@ def _two_cpu_samples(agent: Agent, proc: Path, cg: Path) -> dict[str, Any]:
     write_proc(proc, 32 * GI, 24 * GI, busy=1600, idle=9400, cpus=2)     # 60 % of 2 CPUs: 1200 m
     ls = cg / f"kubepods.slice/kubepods-pod{LS_UID.replace('-', '_')}.slice/cpu.stat"
     ls.write_text("usage_usec 500000\n")
-    return agent.cycle(now=11.0)
+    return agent.cycle(now=11.0).as_dict()
 
 
 def test_cfs_quota_suppression_writes_the_besteffort_quota(tmp_path: Path) -> None:
@@ -221,12 +222,12 @@ def test_cpuset_policy_is_not_suppressed_and_a_left_quota_is_recovered_once(tmp_
     quota = cg / "cpu/kubepods/besteffort/cpu.cfs_quota_us"
     quota.write_text("300000\n")                          # left by an earlier suppression
     agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state)
-    first = agent.cycle(now=10.0)["cgroupWrites"]
+    first = agent.cycle(now=10.0).as_dict()["cgroupWrites"]
     assert first[0] == {"path": "cpu/kubepods/besteffort", "file": "cpu.cfs_quota_us", "value": "-1"}
     assert quota.read_text() == "-1"
     write_proc(proc, 32 * GI, 24 * GI, busy=1600, idle=9400, cpus=2)
     quota.write_text("300000\n")                          # someone else's now: koordlet recovers only once
-    assert agent.cycle(now=11.0)["cgroupWrites"] == []
+    assert agent.cycle(now=11.0).as_dict()["cgroupWrites"] == []
 
 
 # -- metrics and /healthz --------------------------------------------------------------------------------------
@@ -294,7 +295,7 @@ def test_unreachable_api_costs_one_timeout_per_cycle_and_cgroups_are_still_enfor
         cg = tree(tmp_path, 2, "cgroupfs")
         agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state, actions)
         started = time.monotonic()
-        out = agent.cycle(now=0.0)
+        out = agent.cycle(now=0.0).as_dict()
         elapsed = time.monotonic() - started
         assert out["evictions"] == []                      # none went through
         assert len(hole.accepted) == 1                     # one request, one timeout: not one per candidate
@@ -335,15 +336,15 @@ def test_a_value_changed_behind_the_agents_back_is_noticed_within_the_verify_per
     proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
     cg = tree(tmp_path, 2, "cgroupfs")
     agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state)
-    first = agent.cycle(now=0.0)["cgroupWrites"]
+    first = agent.cycle(now=0.0).as_dict()["cgroupWrites"]
     reads = _counting_reads(monkeypatch)
-    assert agent.cycle(now=1.0)["cgroupWrites"] == []      # the written folders read again, in place
+    assert agent.cycle(now=1.0).as_dict()["cgroupWrites"] == []      # the written folders read again, in place
     reads.clear()
-    assert agent.cycle(now=2.0)["cgroupWrites"] == []
+    assert agent.cycle(now=2.0).as_dict()["cgroupWrites"] == []
     assert reads == []                                      # a steady node: nothing read again so soon
     # Over any period every BE folder (and the besteffort folder) is read, each file at most twice.
     for i in range(int(VERIFY_SECONDS)):
-        assert agent.cycle(now=3.0 + i)["cgroupWrites"] == []
+        assert agent.cycle(now=3.0 + i).as_dict()["cgroupWrites"] == []
     folders = {str(Path(r).parent.relative_to(cg)) for r in reads}
     assert folders == {w["path"] for w in first} | {"kubepods/besteffort"}
     assert len(folders) == 4 * 2 + 1
@@ -354,7 +355,7 @@ def test_a_value_changed_behind_the_agents_back_is_noticed_within_the_verify_per
     memory_max.write_text("max\n")
     now = 3.0 + VERIFY_SECONDS
     for i in range(int(3 * VERIFY_SECONDS)):
-        assert agent.cycle(now=now + i)["cgroupWrites"] == []
+        assert agent.cycle(now=now + i).as_dict()["cgroupWrites"] == []
     assert memory_max.read_text() == "max\n"
     assert Capability.BE_CGROUP_LIMITS in agent.yielded
     assert agent.metrics.registry.get_sample_value("colocation_agent_other_writer",
@@ -378,7 +379,7 @@ def test_a_changed_pod_object_is_read_again_and_a_pod_that_left_is_forgotten(tmp
     bigger["spec"]["containers"][0]["resources"]["limits"]["kubernetes.io/batch-memory"] = str(6 * GI)
     state.replace_all({"Pod": [bigger if p is be0 else p for p in pods], "Node": state.objects("Node"),
                        "ConfigMap": state.objects("ConfigMap")})
-    writes = agent.cycle(now=2.0)["cgroupWrites"]           # within the verify period: the new object is read
+    writes = agent.cycle(now=2.0).as_dict()["cgroupWrites"]           # within the verify period: the new object is read
     assert {"path": f"kubepods/besteffort/pod{BE_BATCH_0}/{CID_0}", "file": "memory.max",
             "value": str(6 * GI)} in writes
     files = agent._cgroups

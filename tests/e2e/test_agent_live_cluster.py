@@ -19,7 +19,7 @@ def test_once_over_a_live_cluster_uses_node_pods_and_config_from_the_api(tmp_pat
         kubeconfig = write_kubeconfig(tmp_path, api.url)
         r = subprocess.run([sys.executable, "-m", "webhook.cli.agent", "once", "--node-name", "colo-node-1",
                             "--kubeconfig", str(kubeconfig)], capture_output=True, text=True, timeout=60,
-                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
         lists = {(r.path, r.query.get("fieldSelector")) for r in api.received if "watch" not in r.query}
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)

@@ -13,9 +13,10 @@ from tests.agent_trees import FakePod, write_cgroup_v2, write_proc
 from tests.apiserver import ReplayAPIServer, load_exchange
 from tests.events_api import EventsAPI
 from webhook.agent.actions import API_CALLS, EvictOutcome, KubeActions
-from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
+from webhook.agent.cycle import Agent
 from webhook.agent.domain.thresholds import parse_thresholds
+from webhook.agent.options import AgentOptions
 from webhook.cli import agent as cli
 from webhook.cluster.files import FilesSource
 from webhook.cluster.state import AGENT_KINDS, ClusterState
@@ -304,7 +305,7 @@ def test_refused_eviction_moves_on_and_nothing_beyond_need(tmp_path: Path, srv: 
     # be-batch-1 (priority 3000) has no cgroup: no usage, never a candidate.
     usage = {"be-protected": 3 * GI, "be-evict-ok": 5 * GI // 2, "be-batch-0": GI // 10, "ls-web-0": 8 * GI}
     agent = _acting_agent(tmp_path, srv, usage)
-    out = agent.cycle(now=100.0)
+    out = agent.cycle(now=100.0).as_dict()
     assert [e["name"] for e in out["evictions"]] == ["be-evict-ok"]
     posts = [r.path for r in srv.received if r.path.endswith("/eviction")]
     assert posts == [_evict_path("be-protected"), _evict_path("be-evict-ok")]     # biggest first, then next
@@ -356,7 +357,7 @@ def test_the_eviction_request_goes_before_the_rest_of_the_node_is_measured(tmp_p
 
     monkeypatch.setattr(Collector, "collect", collect)
     monkeypatch.setattr(Collector, "pod_memory", pod_memory)
-    out = agent.cycle()
+    out = agent.cycle().as_dict()
     assert [e["name"] for e in out["evictions"]] == ["be-evict-ok"]
     first = next(r for r in srv.received if r.path.endswith("/eviction"))
     assert len(measured) == 1 and first.at < measured[0][0]   # the request first, then the pods' CPU and the rest
@@ -385,7 +386,7 @@ def test_the_nodes_pods_are_one_list_until_the_state_changes(tmp_path: Path) -> 
 def test_dry_run_acts_on_nothing(tmp_path: Path, srv: ReplayAPIServer) -> None:
     usage = {"be-evict-ok": 5 * GI // 2, "ls-web-0": 8 * GI}
     agent = _acting_agent(tmp_path, srv, usage, dry_run=True)
-    out = agent.cycle(now=0.0)
+    out = agent.cycle(now=0.0).as_dict()
     assert [e["name"] for e in out["evictions"]] == ["be-evict-ok"]
     assert srv.received == []
 
@@ -413,7 +414,7 @@ def test_kubelet_threshold_event_is_evicted(tmp_path: Path, srv: ReplayAPIServer
     proc, cg = write_node(tmp_path, 31 * GI, {"be-evict-ok": 2 * GI})
     agent = Agent(AgentOptions(NODE, parse_thresholds(hard="memory.available<1536Mi")), Collector(proc, cg), state,
                   KubeActions(_api(srv), NODE))
-    assert [e["reason"] for e in agent.cycle(now=0.0)["evictions"]] == ["Evicted"]
+    assert [e["reason"] for e in agent.cycle(now=0.0).as_dict()["evictions"]] == ["Evicted"]
     (event,) = [r.body for r in events.creates()]
     assert event["reason"] == "Evicted"
     assert event["note"] == "The node was low on resource: memory. Threshold quantity: 1536Mi, available: 1Gi. "
@@ -423,7 +424,7 @@ def test_node_measure_failure_is_not_fatal(tmp_path: Path) -> None:
     proc, cg = write_node(tmp_path, 24 * GI, USAGE)
     agent = Agent(AgentOptions(NODE), Collector(proc, cg))
     (proc / "meminfo").write_text("MemTotal: 1")
-    out = agent.cycle(now=0.0)
+    out = agent.cycle(now=0.0).as_dict()
     assert out["memory"] is None and out["evictions"] == []
 
 
@@ -436,7 +437,7 @@ def test_run_dry_run_logs_decisions_and_stops_on_sigterm(tmp_path: Path) -> None
 
     state = write_state(tmp_path / "state")
     proc, cg = write_node(tmp_path, 24 * GI, USAGE)
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     p = subprocess.Popen([sys.executable, "-m", "webhook.cli.agent", "run", "--node-name", NODE, "--cluster-state",
                           str(state), "--proc-root", str(proc), "--cgroup-root", str(cg), "--dry-run",
                           "--interval", "100ms", "--metrics-port", "0"],

@@ -29,10 +29,12 @@ from tests.kernel import (
     v1_unavailable_reason,
 )
 from webhook.agent.actions import KubeActions
-from webhook.agent.agent import Agent, AgentOptions, run_loop
 from webhook.agent.collectors import Collector
+from webhook.agent.cycle import Agent
+from webhook.agent.loop import run_loop
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.notify import MemoryWatch
+from webhook.agent.options import AgentOptions
 from webhook.cluster.state import AGENT_KINDS, ClusterState
 
 V1_REASON = v1_unavailable_reason()
@@ -98,7 +100,7 @@ def enforcing(cg: RealCgroupRoot, state: ClusterState, metrics: AgentMetrics | N
 def test_memory_limit_is_written_and_the_kernel_enforces_it(cg: RealCgroupRoot) -> None:
     cg.mkdir(BE_CTR)
     agent = enforcing(cg, cluster([be_pod(memory="64Mi")]))
-    writes = agent.cycle(now=0.0)["cgroupWrites"]
+    writes = agent.cycle(now=0.0).as_dict()["cgroupWrites"]
     assert {"path": f"memory/{BE_CTR}", "file": "memory.limit_in_bytes", "value": str(64 * MI)} in writes
     assert cg.read("memory", BE_CTR, "memory.limit_in_bytes") == str(64 * MI)
     assert cg.read("memory", BE_POD, "memory.limit_in_bytes") == str(64 * MI)
@@ -160,13 +162,13 @@ def test_suppression_tightens_children_first_on_cgroup_v1_and_restores_them(cg: 
     agent.cycle(now=0.0)                                    # no CPU rate yet: the pod's own limits only
     assert cg.read("cpu", BE_CTR, "cpu.cfs_quota_us") == "100000"
     time.sleep(0.2)
-    writes = agent.cycle(now=1.0)["cgroupWrites"]           # 1 % of 2 cores, minus usage: the 2000 µs floor
+    writes = agent.cycle(now=1.0).as_dict()["cgroupWrites"]           # 1 % of 2 cores, minus usage: the 2000 µs floor
     assert [w["path"] for w in writes] == [f"cpu/{BE_CTR}", f"cpu/{BE_POD}", "cpu/kubepods/besteffort"]
     assert [cg.read("cpu", p, "cpu.cfs_quota_us") for p in ("kubepods/besteffort", BE_POD, BE_CTR)] == ["2000"] * 3
     assert _metric(metrics, "colocation_agent_cgroup_write_refusals_total") == 0
     assert _metric(metrics, "koordlet_be_suppress_cpu_cores") == 0.02
     state.replace("ConfigMap", [])                           # suppression off: the quota is recovered
-    writes = agent.cycle(now=2.0)["cgroupWrites"]
+    writes = agent.cycle(now=2.0).as_dict()["cgroupWrites"]
     assert [w["path"] for w in writes] == ["cpu/kubepods/besteffort", f"cpu/{BE_POD}", f"cpu/{BE_CTR}"]
     assert [cg.read("cpu", p, "cpu.cfs_quota_us") for p in ("kubepods/besteffort", BE_POD, BE_CTR)] == [
         "-1", "100000", "100000"]
@@ -192,7 +194,7 @@ def test_nothing_is_written_to_non_be_pods(cg: RealCgroupRoot) -> None:
     agent = enforcing(cg, cluster([be_pod(), ls, kbe], suppress))
     paths = []
     for i in range(3):
-        paths += [w["path"] for w in agent.cycle(now=float(i))["cgroupWrites"]]
+        paths += [w["path"] for w in agent.cycle(now=float(i)).as_dict()["cgroupWrites"]]
         time.sleep(0.1)
     assert any(BE_UID in p for p in paths)
     assert not [p for p in paths if LS_UID in p or KBE_UID in p]
