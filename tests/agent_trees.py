@@ -158,14 +158,14 @@ def pod_dir_v2(root: Path, pod: FakePod, driver: str = "systemd") -> Path:
 def _cpuset_folders(tier: Path, pods: list[FakePod], driver: str) -> list[Path]:
     """The tier, then each BE pod's folder and its container folders, as the kubelet and the runtime make them."""
     out = [tier]
-    for pod in pods:
-        if pod.qos != "besteffort":
-            continue
-        d = tier / Path(_pod_rel(pod, driver)).name
+    be = sorted(((Path(_pod_rel(pod, driver)).name, pod) for pod in pods if pod.qos == "besteffort"),
+                key=lambda named: named[0])
+    for name, pod in be:                         # in a directory walk's order: names ascending
+        d = tier / name
         out.append(d)
         leaves = [_container_leaf(c, driver) for c in pod.container_ids] or \
             ["cri-containerd-0123abcd.scope" if driver == "systemd" else "0123abcd"]
-        out += [d / leaf for leaf in leaves]
+        out += [d / leaf for leaf in sorted(leaves)]
     return out
 
 

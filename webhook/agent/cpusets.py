@@ -70,32 +70,44 @@ def unavailable_reason(layout: Layout, tier: str) -> str | None:
     return None
 
 
-def _cpus(folder: str, name: str, layout: Layout, problems: list[str]) -> frozenset[int] | None:
-    path = os.path.join(folder, name)
+def _cpus(folder: str, name: str, layout: Layout, problems: list[str],
+          known: dict[bytes, frozenset[int]]) -> frozenset[int] | None:
+    """The CPUs a folder's file lists; ``known``: lists already parsed this walk (most folders hold the same)."""
+    path = folder + os.sep + name
     try:
-        with open(path) as f:
-            text = f.read()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return None
     except OSError as exc:
         problems.append(f"{layout.rel(path)}: cannot read: {exc.strerror or exc}")
         return None
     try:
-        return parse_cpu_list(text, layout.rel(path))
-    except CpuListError as exc:
-        problems.append(str(exc))
+        data = os.read(fd, 65536)
+    except OSError as exc:
+        problems.append(f"{layout.rel(path)}: cannot read: {exc.strerror or exc}")
         return None
+    finally:
+        os.close(fd)
+    cpus = known.get(data)
+    if cpus is None:
+        try:
+            cpus = known[data] = parse_cpu_list(data.decode(errors="replace"), layout.rel(path))
+        except CpuListError as exc:
+            problems.append(str(exc))
+            return None
+    return cpus
 
 
-def _walk(folder: str, depth: int) -> list[str]:
-    out = [folder]
+def _walk(folder: str, depth: int, out: list[str]) -> list[str]:
+    out.append(folder)
     if depth < MAX_DEPTH:
         try:
-            names = sorted(e.name for e in os.scandir(folder) if e.is_dir(follow_symlinks=False))
+            with os.scandir(folder) as entries:
+                names = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
         except OSError:
             names = []                   # removed meanwhile: its pod left
         for name in names:
-            out += _walk(os.path.join(folder, name), depth + 1)
+            _walk(folder + os.sep + name, depth + 1, out)
     return out
 
 
@@ -106,10 +118,14 @@ def read_tree(layout: Layout) -> CpusetTree:
     if why is not None:
         return CpusetTree(unavailable=why)
     problems: list[str] = []
-    folders = tuple(CpusetFolder(layout.rel(p), _cpus(p, CPUSET_FILE, layout, problems)) for p in _walk(tier, 0))
+    known: dict[bytes, frozenset[int]] = {}
+    rel = layout.rel(tier)
+    start = len(tier)
+    folders = tuple(CpusetFolder(rel + p[start:], _cpus(p, CPUSET_FILE, layout, problems, known))
+                    for p in _walk(tier, 0, []))
     held = folders[0].cpus
     if held is None:
         return CpusetTree(unavailable=f"{folders[0].path}/{CPUSET_FILE} cannot be read", problems=tuple(problems))
     if not held and layout.version == 2:     # empty on v2: the parent's CPUs, as the kernel's effective list says
-        held = _cpus(tier, EFFECTIVE_FILE, layout, problems) or frozenset()
+        held = _cpus(tier, EFFECTIVE_FILE, layout, problems, known) or frozenset()
     return CpusetTree(folders, held, None, tuple(problems))
