@@ -23,11 +23,11 @@ sys.path.insert(0, str(ROOT))
 from bench.echo_app import app as echo  # noqa: E402
 from bench.webhook_load import DEFAULT_REVIEW  # noqa: E402
 from webhook.admission import chain  # noqa: E402
-from webhook.admission.app import create_server  # noqa: E402
 from webhook.admission.response import Decision  # noqa: E402
 from webhook.cluster.files import FilesSource  # noqa: E402
 from webhook.cluster.sources import example_folder  # noqa: E402
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState  # noqa: E402
+from webhook.server.app import create_server  # noqa: E402
 
 
 def _scope(path: str, body: bytes) -> dict:  # type: ignore[type-arg]

@@ -23,11 +23,11 @@ sys.path.insert(0, str(ROOT))
 
 from bench.asgi_inprocess import _measure  # noqa: E402
 from bench.webhook_load import DEFAULT_REVIEW  # noqa: E402
-from webhook.admission.app import create_server  # noqa: E402
 from webhook.cluster.files import FilesSource  # noqa: E402
 from webhook.cluster.sources import example_folder  # noqa: E402
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState  # noqa: E402
 from webhook.core import memo  # noqa: E402
+from webhook.server.app import create_server  # noqa: E402
 
 THRESHOLD = 0.05
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """In-process cost of one review through each server's HTTP protocol: uvicorn's httptools protocol with the bare
-FastAPI echo, beside ``serve``'s protocol (webhook.admission.serving) with our app.
+FastAPI echo, beside ``serve``'s protocol (webhook.server.serving) with our app.
 
 Each request is the raw HTTP/1.1 bytes of a POST on a kept-alive connection, handed to the protocol as the event
 loop would (``data_received``), and the loop runs until the answer is written. No TLS and no sockets: the
@@ -33,10 +33,10 @@ from uvicorn.server import ServerState  # noqa: E402
 
 from bench.asgi_inprocess import best_per_call, review_and_state  # noqa: E402
 from bench.echo_app import app as echo  # noqa: E402
-from webhook.admission.app import create_server  # noqa: E402
-from webhook.admission.asgi import ReviewDispatcher, ServeOptions  # noqa: E402
-from webhook.admission.service import Answer  # noqa: E402
-from webhook.admission.serving import GuardedProtocol  # noqa: E402
+from webhook.server.app import create_server  # noqa: E402
+from webhook.server.asgi import ReviewDispatcher  # noqa: E402
+from webhook.server.service import Answer  # noqa: E402
+from webhook.server.serving import GuardedProtocol, ServeOptions  # noqa: E402
 
 
 class Transport(asyncio.Transport):

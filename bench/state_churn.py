@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from webhook.admission.service import ReviewService  # noqa: E402
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState  # noqa: E402
+from webhook.server.service import ReviewService  # noqa: E402
 
 REVIEW = json.loads((ROOT / "examples" / "admissionreview-koord-batch.json").read_bytes())
 

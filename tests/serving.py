@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 
 from webhook.admission import chain
-from webhook.admission.app import create_server
-from webhook.admission.asgi import ASGIApp, EdgePolicy, Middleware, Receive, Scope, Send, ServeOptions
-from webhook.admission.serving import AdmissionServer
 from webhook.cluster.state import ClusterState
+from webhook.server.app import create_server
+from webhook.server.asgi import ASGIApp, EdgePolicy, Middleware, Receive, Scope, Send
+from webhook.server.serving import AdmissionServer, ServeOptions
 from webhook.tls.certs import CertPaths, ensure_localhost
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -17,7 +17,8 @@ pytest.importorskip("cel_expr_python", reason="cel-expr-python is a test extra: 
 
 from tests import cel_check  # after the skip: it needs cel-expr-python
 from tests import mutating as m
-from webhook.admission import policies, profile_policies
+from webhook.policies import invariants as policies
+from webhook.policies import profiles as profile_policies
 
 ROOT = Path(__file__).resolve().parents[1]
 KINDS = ("ValidatingAdmissionPolicy", "MutatingAdmissionPolicy")
@@ -31,7 +32,7 @@ def test_the_pod_invariants_policy_type_checks() -> None:
     assert cel_check.check_policy(policies.policy()) == []
 
 
-# The profiles of tests/test_profile_policies.py: a batch band, a mid band, skip-update-resources, a namespace
+# The profiles of tests/policies/test_profiles.py: a batch band, a mid band, skip-update-resources, a namespace
 # selector, an object selector, no priority class, and profiles that combine.
 EXAMPLE = m.profile("colocation-profile-example", namespaceSelector={"matchLabels": ENABLED},
                     selector={"matchLabels": ENABLED}, qosClass="BE", priorityClassName="koord-batch",

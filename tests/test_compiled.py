@@ -98,13 +98,13 @@ def test_compiled_and_plain_builds_answer_every_recorded_review_alike(compiled_t
 def test_compiled_modules_are_the_pure_core() -> None:
     assert "webhook.admission.chain" in COMPILED_MODULES and "webhook.core.quantity" in COMPILED_MODULES
     # The edges stay plain Python: I/O, the server, the agent.
-    assert not [m for m in COMPILED_MODULES if m.startswith(("webhook.agent", "webhook.cli", "webhook.cluster"))]
+    assert not [m for m in COMPILED_MODULES if m.startswith(("webhook.agent", "webhook.cli", "webhook.cluster", "webhook.server"))]
     assert all((ROOT / module_path(m)).is_file() for m in COMPILED_MODULES)
     assert is_compiled("webhook.compiled") is False
 
 
 # An edit whose effect shows in `review`: the example pod's cpu request (0.5) becomes batch-cpu "500" through
-# batch_conversion (compiled), which calls quantity.milli_value (compiled, the same group) natively.
+# batch_resources (compiled), which calls quantity.milli_value (compiled, the same group) natively.
 EDIT = ("    return int(q.scaleb(3, _EXACT).to_integral_value(rounding=decimal.ROUND_CEILING))\n",
         "    return int(q.scaleb(3, _EXACT).to_integral_value(rounding=decimal.ROUND_CEILING)) + 7\n")
 POD = ROOT / "examples" / "pod-koord-batch.yaml"
@@ -240,7 +240,7 @@ class One:
 sys.meta_path.insert(0, One())
 from decimal import Decimal
 from webhook.core.quantity import milli_value
-from webhook.admission.domain.batch_conversion import milli_cores_text
+from webhook.admission.domain.batch_resources import milli_cores_text
 print(milli_value(Decimal("0.5")), milli_cores_text("0.5"))
 """
 

@@ -30,7 +30,8 @@ PACKAGE = Path(__file__).resolve().parent
 BUILD_NOTE = "plain-build.txt"
 REBUILD = "pip install -e ."
 
-_PURE_PACKAGES = ("webhook.core", "webhook.admission.domain", "webhook.admission.rules")
+_PURE_PACKAGES = ("webhook.core", "webhook.admission.domain", "webhook.admission.rules.mutating",
+                  "webhook.admission.rules.validating")
 _MODULES = ("webhook.admission.chain", "webhook.admission.context")
 
 

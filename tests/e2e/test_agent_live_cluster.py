@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from tests.apiserver import ReplayAPIServer
-from tests.test_live_source import write_kubeconfig
+from tests.cluster.test_live import write_kubeconfig
 
 
 def test_once_over_a_live_cluster_uses_node_pods_and_config_from_the_api(tmp_path: Path) -> None:

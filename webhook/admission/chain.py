@@ -20,14 +20,11 @@ from webhook.admission.context import MutatingContext, Settings, ValidatingConte
 from webhook.admission.domain.patch import PatchBuilder
 from webhook.admission.response import Decision, Denial, errored
 from webhook.admission.review import AdmissionRequest
-from webhook.admission.rules import (
+from webhook.admission.rules.mutating import batch_resources, colocation_profile, limit_ranges, priority
+from webhook.admission.rules.validating import (
     batch_mixing,
-    batch_resources,
     batch_units,
-    colocation_profile,
     koordinator_rules,
-    limit_ranges,
-    priority,
     quota_constraints,
     quota_presence,
 )

@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.review import pod_review
-from webhook.admission.rules import priority
-from webhook.admission.service import ReviewService, dry_run
+from webhook.admission.rules.mutating import priority
 from webhook.audit.subjects import Subject
 from webhook.core.priority import resolve_priority
+from webhook.server.service import ReviewService, dry_run
 
 AGREES, CHANGED, DENIED, UNUSABLE = "agrees", "changed", "denied", "unusable"
 

@@ -26,9 +26,9 @@ from webhook.core.selectors import SelectorError, compile_selector, parse_select
 # The rules, the file reader and the Kubernetes client are imported where they run: `colocation-webhook` builds
 # this command's flags whatever command it runs.
 if TYPE_CHECKING:
-    from webhook.admission.service import ReviewService
     from webhook.audit.findings import Finding, Tally
     from webhook.cluster.sources import Source
+    from webhook.server.service import ReviewService
 
 EXIT_DISAGREES = 1
 EXIT_NOTHING = 3  # nothing to audit: a CI gate must not pass on an empty or wrong input
@@ -185,9 +185,9 @@ def _summary(tally: Tally) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.admission.service import ReviewService
     from webhook.audit.files import ObjectsError
     from webhook.cluster.live import LiveSourceError
+    from webhook.server.service import ReviewService
 
     if not args.filename and not (args.kubeconfig or args.in_cluster):
         raise UsageError("name what to audit: -f FILE|DIR (kubectl get ... -o json|yaml output, manifests), "

@@ -90,10 +90,10 @@ def serve(args: argparse.Namespace) -> int:
         cert, key = paths.cert, paths.key
         log.info("%s", what)
     # The server itself once the input is known to be usable: bad input is answered without loading it.
-    from webhook.admission.app import create_server
-    from webhook.admission.asgi import EdgePolicy, ServeOptions
-    from webhook.admission.memory import this_process
-    from webhook.admission.serving import AdmissionServer, url_host
+    from webhook.server.app import create_server
+    from webhook.server.asgi import EdgePolicy
+    from webhook.server.memory import this_process
+    from webhook.server.serving import AdmissionServer, ServeOptions, url_host
     from webhook.tls.policy import ClientCAError
 
     policy = EdgePolicy(max_in_flight=args.max_in_flight, max_large_in_flight=args.max_large_in_flight,
@@ -242,7 +242,7 @@ def review(args: argparse.Namespace) -> int:
 def _review(args: argparse.Namespace, settings: Settings, state: ClusterState, doc: dict[str, Any],
             old: dict[str, Any] | None) -> int:
     from webhook.admission.review import encode_response
-    from webhook.admission.service import ReviewService, dry_run
+    from webhook.server.service import ReviewService, dry_run
 
     review = _review_of(doc, args.file, args.operation, old)
     service = ReviewService(state, settings)
@@ -307,8 +307,8 @@ def policies(args: argparse.Namespace) -> int:
     """Print the stateless validating rules as a ValidatingAdmissionPolicy and its binding (offline); with a
     cluster state, each ClusterColocationProfile's policy and binding too; ``--check``: compare them with the
     applied ones instead (exit 1 when one is missing, stale or left over)."""
-    from webhook.admission import policies as generated
-    from webhook.admission import profile_policies
+    from webhook.policies import invariants as generated
+    from webhook.policies import profiles as profile_policies
 
     live = bool(args.kubeconfig)
     if args.check is not None and args.cluster_state is None and not live:
@@ -444,8 +444,9 @@ def _state_flags(p: argparse.ArgumentParser, state_help: str, kubeconfig_help: s
 
 
 def _serve_flags(p: argparse.ArgumentParser) -> None:
-    from webhook.admission.asgi import EdgePolicy, ServeOptions  # the whole edge: only for serve
     from webhook.cluster.freshness import MAX_CACHE_AGE
+    from webhook.server.asgi import EdgePolicy  # the whole edge: only for serve
+    from webhook.server.serving import ServeOptions
 
     p.add_argument("--host", default="0.0.0.0", help="address to listen on")
     p.add_argument("--port", type=listen_port, default=8443, help="HTTPS port")

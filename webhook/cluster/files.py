@@ -12,17 +12,13 @@ read of each object is kept (``kept``, as the live source keeps it). ``FilesSour
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import functools
-import gc
 import logging
 import os
 import pickle
 import re
 import stat
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -33,6 +29,7 @@ from webhook.cluster.state import KINDS, WEBHOOK_KINDS, ClusterState, Key, kept,
 from webhook.cluster.strict import describe_unknown, kind_verdict, prepare, unknown_fields
 from webhook.core.fielderrors import aggregate
 from webhook.core.validation import already_exists, object_errors, second_default
+from webhook.heap import collector_paused, malloc_trim
 
 log = logging.getLogger(__name__)
 
@@ -256,32 +253,6 @@ def manifest_files(folder: Path) -> list[Path]:
     return sorted(found)
 
 
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while files load (or a large review is decoded and answered,
-    ``webhook.admission.offload``): parsing makes millions of containers and no cycles, and each full collection
-    would trace everything parsed so far (a folder of 10 000 namespaces as one List: 4x the time). Counted, so
-    pauses in two threads do not turn it back on under each other."""
-    global _PAUSES
-    with _PAUSE_LOCK:
-        if _PAUSES == 0:
-            _PAUSED_WAS_ENABLED[0] = gc.isenabled()
-            gc.disable()
-        _PAUSES += 1
-    try:
-        yield
-    finally:
-        with _PAUSE_LOCK:
-            _PAUSES -= 1
-            if _PAUSES == 0 and _PAUSED_WAS_ENABLED[0]:
-                gc.enable()
-
-
-_PAUSE_LOCK = threading.Lock()
-_PAUSES = 0
-_PAUSED_WAS_ENABLED = [True]
-
-
 class _Loaded(NamedTuple):
     by_kind: dict[str, list[dict[str, Any]]]
     located: dict[Key, str]             # ``path:line`` of the ConfigMaps named ``locate``
@@ -312,16 +283,6 @@ def _load(folder: Path, locate: str | None = None, read: Iterable[str] = tuple(K
     return loaded
 
 
-@functools.cache
-def malloc_trim() -> Callable[[int], object] | None:
-    """glibc's ``malloc_trim(0)``: hand the free heap pages of every arena back to the system. None elsewhere."""
-    try:
-        trim: Callable[[int], object] = ctypes.CDLL("libc.so.6").malloc_trim
-        return trim
-    except (OSError, AttributeError):
-        return None
-
-
 def _resource(kind: str) -> str:
     """``priorityclasses.scheduling.k8s.io``, ``namespaces``: how the apiserver names a kind's resource."""
     k = KINDS[kind]
@@ -331,7 +292,7 @@ def _resource(kind: str) -> str:
 def _profile_error(obj: dict[str, Any]) -> tuple[tuple[str | int, ...], str] | None:
     """Why the webhook could never apply a ClusterColocationProfile (``compile_profile``, the same checks the
     live source's profiles get), with where in the object, or None."""
-    from webhook.admission.domain.profiles import compile_profile  # only for a folder that holds profiles
+    from webhook.admission.domain.colocation_profile import compile_profile  # only for a folder that holds profiles
 
     error = compile_profile(obj).error
     if error is None:

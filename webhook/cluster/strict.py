@@ -205,7 +205,7 @@ def unknown_fields(obj: Mapping[str, Any]) -> list[Path]:
 # -- kinds: read, skipped, or refused -------------------------------------------------------------------------
 # The kinds served under apiVersion v1 (the core group), as the apiserver's discovery lists them, and ``List``,
 # kubectl's wrapper. Only used to tell a kind of the core group the state does not read (a Service: skipped)
-# from a misspelt one (``Namespce``: refused); tests/test_files_source.py checks each against the client's models.
+# from a misspelt one (``Namespce``: refused); tests/cluster/test_files.py checks each against the client's models.
 CORE_KINDS = ("Binding", "ComponentStatus", "ConfigMap", "Endpoints", "Event", "LimitRange", "List", "Namespace",
               "Node", "PersistentVolume", "PersistentVolumeClaim", "Pod", "PodTemplate", "ReplicationController",
               "ResourceQuota", "Secret", "Service", "ServiceAccount")

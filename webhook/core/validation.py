@@ -22,7 +22,7 @@ Two steps, as the apiserver takes them:
    ``ValidateResourceQuota``, ``ValidateLimitRange`` and ``ValidateConfigMap``
    (k8s.io/kubernetes/pkg/apis/core/validation/validation.go, with the resource name sets of
    pkg/apis/core/helper/helpers.go). A ClusterColocationProfile's spec is checked where it is compiled
-   (``webhook/admission/domain/profiles.py``); its metadata here.
+   (``webhook/admission/domain/colocation_profile.py``); its metadata here.
 
 What no single object can say, the files source checks over the whole folder with the texts below: two objects of
 one kind, namespace and name (``already_exists``), and a second ``globalDefault`` PriorityClass (``second_default``,

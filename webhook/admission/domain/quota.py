@@ -1,16 +1,15 @@
-"""ResourceQuota "covering quota" semantics for pods (kubernetes.md §2.3-§2.5; pure, no I/O).
+"""ResourceQuota's scopes and a pod's usage as its admission plugin reads them (pure, no I/O), shared by the
+quota-presence and quota-constraints rules (``quota_presence``, ``quota_constraints``) and ``--quota-config``.
 
-Follows the ResourceQuota admission plugin (``resourcequota/controller.go CheckRequest``,
-``core/pods.go``): which limited scopes a pod falls under, which quota scopes cover them (same
-scopeName covers, as ``UncoveredQuotaScopes``), which limited resource names need a covering
-quota (``matchContains``), and upstream's error texts with Go ``%v`` formatting.
+Follows the ResourceQuota admission plugin (``resourcequota/controller.go CheckRequest``, ``core/pods.go``): which
+scopes a pod falls under (``MatchingScopes``), which quotas track it (``generic.Matches``), what a pod uses, and a
+scope requirement's validation with core validation's texts.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -107,19 +106,6 @@ def quota_scope_selectors(quota: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def uncovered_scopes(limited: list[dict[str, Any]], covered: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``UncoveredQuotaScopes``: a limited scope is covered by any matched quota scope of the same name."""
-    names = {c.get("scopeName") for c in covered}
-    return [s for s in limited if s.get("scopeName") not in names]
-
-
-def format_scopes(requirements: list[dict[str, Any]]) -> str:
-    """Go ``%v`` of ``[]ScopedResourceSelectorRequirement``: ``[{PriorityClass In [a b]} {BestEffort Exists []}]``."""
-    parts = [f"{{{r.get('scopeName', '')} {r.get('operator', '')} [{' '.join(r.get('values') or [])}]}}"
-             for r in requirements]
-    return "[" + " ".join(parts) + "]"
-
-
 # -- usage ------------------------------------------------------------------------------------
 
 def pod_usage(pod: dict[str, Any]) -> dict[str, Decimal]:
@@ -147,16 +133,6 @@ def pod_usage(pod: dict[str, Any]) -> dict[str, Decimal]:
     return usage
 
 
-def limited_resource_names(usage: dict[str, Decimal], entries: Iterable[dict[str, Any]]) -> list[str]:
-    """``limitedByDefault``: usage names with a positive value containing any ``matchContains`` substring."""
-    out: list[str] = []
-    for entry in entries:
-        for name, value in usage.items():
-            if value > 0 and any(sub in name for sub in entry.get("matchContains") or []) and name not in out:
-                out.append(name)
-    return out
-
-
 def quota_tracked_resources(quota: dict[str, Any]) -> set[str]:
     """``MatchingResources`` over the quota's hard list.
 
@@ -175,54 +151,6 @@ def quota_matches_pod(quota: dict[str, Any], pod: dict[str, Any]) -> bool:
     """``generic.Matches``: the quota tracks a pod resource and every one of its scopes matches."""
     return bool(quota_tracked_resources(quota)) and all(
         pod_matches_scope(pod, s) for s in quota_scope_selectors(quota))
-
-
-# -- the presence check -------------------------------------------------------------------------
-
-@dataclass(slots=True)
-class Presence:
-    """The outcome of the covering-quota check, with what was found for ``--explain``."""
-
-    error: str | None = None
-    limited_scopes: list[dict[str, Any]] = field(default_factory=list)
-    limited_names: list[str] = field(default_factory=list)
-    covering_quotas: list[str] = field(default_factory=list)   # quotas with a matching scope
-    tracking_quotas: list[str] = field(default_factory=list)   # quotas that match the pod
-
-
-def check_presence(pod: dict[str, Any], limited_resources: list[dict[str, Any]], quotas: list[dict[str, Any]],
-                   group: str = "", resource: str = "pods") -> Presence:
-    """Steps 2, 3, 4, 7 and 8 of ``CheckRequest`` (kubernetes.md §2.4) for a pod CREATE.
-
-    The constraint, status and usage checks are the apiserver's own plugin's job and stay there.
-    """
-    out = Presence()
-    if not quotas and not limited_resources:
-        return out
-    for entry in limited_resources:  # every entry, whatever its resource (step 2)
-        out.limited_scopes += matching_scopes(pod, entry.get("matchScopes") or [])
-    mine = [e for e in limited_resources if (e.get("apiGroup") or "") == group and e.get("resource") == resource]
-    if mine:
-        out.limited_names = limited_resource_names(pod_usage(pod), mine)
-    restricted_scopes: list[dict[str, Any]] = []
-    restricted_names: set[str] = set()
-    for quota in quotas:
-        name = (quota.get("metadata") or {}).get("name", "")
-        local = matching_scopes(pod, quota_scope_selectors(quota))
-        if local:
-            out.covering_quotas.append(name)
-        restricted_scopes += local
-        if quota_matches_pod(quota, pod):
-            out.tracking_quotas.append(name)
-            restricted_names |= quota_tracked_resources(quota)
-    missing = sorted(set(out.limited_names) - restricted_names)
-    if missing:
-        out.error = "insufficient quota to consume: " + ",".join(missing)
-        return out
-    uncovered = uncovered_scopes(out.limited_scopes, restricted_scopes)
-    if uncovered:
-        out.error = "insufficient quota to match these scopes: " + format_scopes(uncovered)
-    return out
 
 
 def _q(value: Any) -> str:
@@ -251,58 +179,4 @@ def scope_requirement_error(req: Any, where: str) -> str | None:
                 "'DoesNotExist' for scope selector")
     if scope in EXISTS_ONLY_SCOPES and op != "Exists":
         return f"{where}.operator: Invalid value: {_q(op)}: must be 'Exists' when scope is {scope}"
-    return None
-
-
-# -- the pod evaluator's constraints --------------------------------------------------------------
-
-# ``validationSet``: a quota on any of these makes every container name it (a compatibility rule upstream keeps).
-CONSTRAINED = ("cpu", "memory", "requests.cpu", "requests.memory", "limits.cpu", "limits.memory")
-
-
-def _container_names(resources: Any) -> set[str]:
-    """``podComputeUsageHelper``'s names for the constrained resources a container sets."""
-    res = as_object(resources)
-    requests, limits = as_object(res.get("requests")), as_object(res.get("limits"))
-    out = set()
-    for name in ("cpu", "memory"):
-        if name in requests:
-            out |= {name, REQUESTS_PREFIX + name}
-        if name in limits:
-            out.add("limits." + name)
-    return out
-
-
-def missing_constraints(quota: dict[str, Any], pod: dict[str, Any]) -> dict[str, list[str]]:
-    """``podEvaluator.Constraints``: for each constrained resource the quota tracks, the containers and init
-    containers (sorted names) that do not set it; empty when the quota asks nothing of this pod."""
-    required = set(CONSTRAINED) & quota_tracked_resources(quota)
-    if not required:
-        return {}
-    spec = as_object(pod.get("spec"))
-    missing: dict[str, set[str]] = {}
-    for field_name in ("containers", "initContainers"):
-        for c in spec.get(field_name) or ():
-            if isinstance(c, dict):
-                for name in required - _container_names(c.get("resources")):
-                    missing.setdefault(name, set()).add(str(c.get("name") or ""))
-    return {name: sorted(containers) for name, containers in sorted(missing.items())}
-
-
-def constraints_text(missing: dict[str, list[str]]) -> str:
-    """The apiserver's words: ``must specify limits.cpu for: main; requests.cpu for: init,main``."""
-    return "must specify " + "; ".join(f"{name} for: {','.join(names)}" for name, names in missing.items())
-
-
-def refusing_quota(pod: dict[str, Any], quotas: Iterable[dict[str, Any]]) -> tuple[str, dict[str, list[str]]] | None:
-    """The first quota (by name) whose scopes match ``pod`` and whose constraints it fails, and what is missing.
-
-    Upstream checks the quotas in its informer's order and reports the first that fails; by name is the same
-    verdict, and the same quota every time."""
-    for quota in sorted(quotas, key=lambda q: str(as_object(q.get("metadata")).get("name", ""))):
-        if not quota_matches_pod(quota, pod):
-            continue
-        missing = missing_constraints(quota, pod)
-        if missing:
-            return str(as_object(quota.get("metadata")).get("name", "")), missing
     return None
