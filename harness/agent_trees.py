@@ -152,3 +152,74 @@ def set_pod_cpu_v2(root: Path, pod: FakePod, usage_usec: int, driver: str = "sys
 
 def pod_dir_v2(root: Path, pod: FakePod, driver: str = "systemd") -> Path:
     return root / _pod_rel(pod, driver)
+
+
+# -- cpuset (BE CPU suppression, cpuset policy) ------------------------------------------------------------------
+def _cpuset_folders(tier: Path, pods: list[FakePod], driver: str) -> list[Path]:
+    """The tier, then each BE pod's folder and its container folders, as the kubelet and the runtime make them."""
+    out = [tier]
+    be = sorted(((Path(_pod_rel(pod, driver)).name, pod) for pod in pods if pod.qos == "besteffort"),
+                key=lambda named: named[0])
+    for name, pod in be:                         # in a directory walk's order: names ascending
+        d = tier / name
+        out.append(d)
+        leaves = [_container_leaf(c, driver) for c in pod.container_ids] or \
+            ["cri-containerd-0123abcd.scope" if driver == "systemd" else "0123abcd"]
+        out += [d / leaf for leaf in sorted(leaves)]
+    return out
+
+
+def write_cpuset_v1(root: Path, pods: list[FakePod], driver: str = "systemd", cpus: str = "0-7") -> list[Path]:
+    """The cpuset controller's besteffort tree of a v1 node (next to ``write_cgroup_v1``'s): every folder holds
+    ``cpus``, as the runtime copies its parent's. Returns the folders, tier first."""
+    kubepods = root / "cpuset" / ("kubepods.slice" if driver == "systemd" else "kubepods")
+    kubepods.mkdir(parents=True, exist_ok=True)
+    (kubepods / "cpuset.cpus").write_text(f"{cpus}\n")
+    folders = _cpuset_folders(root / "cpuset" / _be_qos_rel(driver), pods, driver)
+    for d in folders:
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cpuset.cpus").write_text(f"{cpus}\n")
+        (d / "cpuset.mems").write_text("0\n")
+    return folders
+
+
+def write_cpuset_v2(root: Path, pods: list[FakePod], driver: str = "systemd", cpus: str = "0-7",
+                    tier_enabled: bool = True, below_tier: bool = True) -> list[Path]:
+    """cpuset files in a ``write_cgroup_v2`` tree: ``tier_enabled`` - kubepods passes the cpuset controller to the
+    tier; ``below_tier`` - the tier passes it on to pods and containers. ``cpuset.cpus`` is empty (the parent's
+    CPUs) as the kernel leaves it, ``cpuset.cpus.effective`` holds ``cpus``. Returns the folders, tier first."""
+    tier = root / _be_qos_rel(driver)
+    folders = _cpuset_folders(tier, pods, driver)
+    (tier.parent / "cgroup.subtree_control").write_text("cpuset cpu io memory pids\n" if tier_enabled
+                                                         else "cpu io memory pids\n")
+    (tier / "cgroup.controllers").write_text("cpuset cpu io memory pids\n" if tier_enabled else "cpu io memory pids\n")
+    (tier / "cgroup.subtree_control").write_text("cpuset cpu memory\n" if below_tier else "cpu memory\n")
+    for d in folders:
+        d.mkdir(parents=True, exist_ok=True)
+        if tier_enabled and (d == tier or below_tier):
+            (d / "cpuset.cpus").write_text("\n")
+            (d / "cpuset.cpus.effective").write_text(f"{cpus}\n")
+    return folders
+
+
+def write_sysfs(root: Path, cpus: list[tuple[int, int, int, int]], offline: tuple[int, ...] = ()) -> Path:
+    """``devices/system/{cpu,node}`` for (cpu, core, socket, NUMA node) rows; ``offline`` CPUs have no topology."""
+    cpu_dir = root / "devices" / "system" / "cpu"
+    cpu_dir.mkdir(parents=True, exist_ok=True)
+    online = sorted(c for c, *_ in cpus if c not in offline)
+    (cpu_dir / "online").write_text(",".join(map(str, online)) + "\n")
+    nodes: dict[int, list[int]] = {}
+    for cpu, core, socket, node in cpus:
+        d = cpu_dir / f"cpu{cpu}"
+        d.mkdir(exist_ok=True)
+        if cpu in offline:
+            continue
+        (d / "topology").mkdir(exist_ok=True)
+        (d / "topology" / "core_id").write_text(f"{core}\n")
+        (d / "topology" / "physical_package_id").write_text(f"{socket}\n")
+        nodes.setdefault(node, []).append(cpu)
+    for node, members in nodes.items():
+        d = root / "devices" / "system" / "node" / f"node{node}"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "cpulist").write_text(",".join(map(str, sorted(members))) + "\n")
+    return root

@@ -44,6 +44,17 @@ def v1_unavailable_reason() -> str | None:
     return None
 
 
+def cpuset_unavailable_reason() -> str | None:
+    """Why real cgroup v1 cpuset tests cannot run here, or None when they can."""
+    reason = v1_unavailable_reason()
+    if reason is not None:
+        return reason
+    mount = CGROUP_FS / "cpuset"
+    if not _is_v1_mount(mount.resolve()) or not os.access(mount, os.W_OK):
+        return f"real-kernel cpuset tests need the cgroup v1 cpuset controller mounted writable at {mount}"
+    return None
+
+
 def unified_unavailable_reason() -> str | None:
     if os.geteuid() != 0:
         return "real-kernel cgroup tests need root"
@@ -63,14 +74,17 @@ def unified_mount() -> Path:
 class RealCgroupRoot:
     """A fake ``--cgroup-root`` whose controller folders are real, uniquely named cgroups."""
 
-    def __init__(self, memory_at_root: bool = False) -> None:
+    def __init__(self, memory_at_root: bool = False, cpuset: bool = False) -> None:
         """``memory_at_root``: the memory folder is the host's root memory cgroup, as on a node, so the root's
         usage (what the agent's threshold watches) is the whole machine's; ``kubepods`` is then created there for
-        the run (refused when one exists: a real node's) and removed afterwards."""
+        the run (refused when one exists: a real node's) and removed afterwards. ``cpuset``: the cpuset controller
+        too, each new folder starting with its parent's CPUs and memory nodes (as the runtime sets them: a v1
+        cpuset folder starts empty, and no task may join it so)."""
         self.name = f"colocation-test-{os.getpid()}-{secrets.token_hex(3)}"
         self.root = Path(tempfile.mkdtemp(prefix="colocation-cgroot-"))
         self.real: dict[str, Path] = {}
         self._made: list[Path] = []
+        self.controllers = (*V1_CONTROLLERS, "cpuset") if cpuset else V1_CONTROLLERS
         try:
             self._make(memory_at_root)
         except BaseException:  # what was made before the failure goes too (a host kubepods above all)
@@ -78,7 +92,7 @@ class RealCgroupRoot:
             raise
 
     def _make(self, memory_at_root: bool) -> None:
-        for ctl in V1_CONTROLLERS:
+        for ctl in self.controllers:
             mount = (CGROUP_FS / ctl).resolve()
             if ctl == "memory" and memory_at_root:
                 kubepods = mount / "kubepods"
@@ -94,13 +108,23 @@ class RealCgroupRoot:
                 if not target.exists():
                     target.mkdir()
                 self._made.append(target)
+            if ctl == "cpuset":
+                _inherit_cpuset(target)
             self.real[ctl] = target
             os.symlink(target, self.root / ctl)
 
-    def mkdir(self, rel: str, controllers: Sequence[str] = V1_CONTROLLERS) -> None:
-        """Create ``rel`` (and its parents) in each controller."""
-        for ctl in controllers:
-            (self.real[ctl] / rel).mkdir(parents=True, exist_ok=True)
+    def mkdir(self, rel: str, controllers: Sequence[str] | None = None) -> None:
+        """Create ``rel`` (and its parents) in each controller (by default every one this root has)."""
+        for ctl in self.controllers if controllers is None else controllers:
+            if ctl != "cpuset":
+                (self.real[ctl] / rel).mkdir(parents=True, exist_ok=True)
+                continue
+            folder = self.real[ctl]
+            for part in Path(rel).parts:
+                folder = folder / part
+                if not folder.exists():
+                    folder.mkdir()
+                    _inherit_cpuset(folder)
 
     def path(self, ctl: str, rel: str = "") -> Path:
         return self.real[ctl] / rel if rel else self.real[ctl]
@@ -115,10 +139,12 @@ class RealCgroupRoot:
         finally:
             os.close(fd)
 
-    def spawn(self, rel: str, code: str, controllers: Sequence[str] = V1_CONTROLLERS,
+    def spawn(self, rel: str, code: str, controllers: Sequence[str] | None = None,
               args: Sequence[str] = ()) -> subprocess.Popen[str]:
-        """A Python child that joins ``rel`` in each controller, then runs ``code`` (stdout piped)."""
-        procs_files = [str(self.real[ctl] / rel / "cgroup.procs") for ctl in controllers]
+        """A Python child that joins ``rel`` in each controller (by default every one this root has), then runs
+        ``code`` (stdout piped)."""
+        procs_files = [str(self.real[ctl] / rel / "cgroup.procs")
+                       for ctl in (self.controllers if controllers is None else controllers)]
         join = (f"import os as _os\nfor _f in {procs_files!r}:\n"
                 "    _fd = _os.open(_f, _os.O_WRONLY)\n    _os.write(_fd, str(_os.getpid()).encode())\n"
                 "    _os.close(_fd)\n")
@@ -163,9 +189,14 @@ class RealCgroupRoot:
             raise RuntimeError(f"cgroups left behind after the test: {', '.join(left)}")
 
 
+def _inherit_cpuset(folder: Path) -> None:
+    for name in ("cpuset.cpus", "cpuset.mems"):
+        (folder / name).write_text((folder.parent / name).read_text())
+
+
 @contextmanager
-def real_cgroup_root(memory_at_root: bool = False) -> Iterator[RealCgroupRoot]:
-    cg = RealCgroupRoot(memory_at_root)
+def real_cgroup_root(memory_at_root: bool = False, cpuset: bool = False) -> Iterator[RealCgroupRoot]:
+    cg = RealCgroupRoot(memory_at_root, cpuset)
     try:
         yield cg
     finally:

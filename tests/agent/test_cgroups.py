@@ -215,19 +215,7 @@ def test_cfs_quota_suppression_writes_the_besteffort_quota(tmp_path: Path) -> No
     assert metrics.suppress_ls_used.labels(NODE)._value.get() == 0.5
 
 
-def test_cpuset_policy_is_not_suppressed_and_a_left_quota_is_recovered_once(tmp_path: Path) -> None:
-    state = _suppress_state(tmp_path, "cpuset")
-    proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI, busy=1000, idle=9000, cpus=2)
-    cg = tree(tmp_path, 1, "cgroupfs")
-    quota = cg / "cpu/kubepods/besteffort/cpu.cfs_quota_us"
-    quota.write_text("300000\n")                          # left by an earlier suppression
-    agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state)
-    first = agent.cycle(now=10.0).as_dict()["cgroupWrites"]
-    assert first[0] == {"path": "cpu/kubepods/besteffort", "file": "cpu.cfs_quota_us", "value": "-1"}
-    assert quota.read_text() == "-1"
-    write_proc(proc, 32 * GI, 24 * GI, busy=1600, idle=9400, cpus=2)
-    quota.write_text("300000\n")                          # someone else's now: koordlet recovers only once
-    assert agent.cycle(now=11.0).as_dict()["cgroupWrites"] == []
+# The cpuset policy (and its fallback to cfsQuota): tests/agent/capabilities/test_cpu_suppress.py.
 
 
 # -- metrics and /healthz --------------------------------------------------------------------------------------

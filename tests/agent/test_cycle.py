@@ -85,7 +85,7 @@ def test_once_over_files_state(tmp_path: Path, capsys: pytest.CaptureFixture[str
                             "--cgroup-root", str(cg))
     assert rc == 0, err
     assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "conditions",
-                         "cgroupWrites", "capabilitiesOff"]
+                         "cgroupWrites", "cpuSuppress", "capabilitiesOff"]
     assert out["capabilitiesOff"] == {}
     assert out["batchReason"] is None
     assert out["memory"] == {"capacityBytes": 32 * GI, "usedBytes": 24 * GI, "usagePercent": 75.0}

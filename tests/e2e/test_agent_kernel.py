@@ -21,6 +21,7 @@ from harness.apiserver import ReplayAPIServer
 from harness.kernel import (
     RealCgroupRoot,
     allocator_code,
+    cpuset_unavailable_reason,
     crossing,
     meminfo_used,
     real_cgroup_root,
@@ -31,6 +32,7 @@ from harness.kernel import (
 from webhook.agent.actions import KubeActions
 from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
+from webhook.agent.domain.cpuset import format_cpu_list, parse_cpu_list
 from webhook.agent.loop import run_loop
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.notify import MemoryWatch
@@ -335,3 +337,65 @@ def test_psi_trigger_is_registered_where_the_kernel_takes_one() -> None:
     finally:
         kubepods.rmdir()
         folder.rmdir()
+
+
+CPUSET_REASON = cpuset_unavailable_reason()
+
+
+def _cpus_allowed(pid: int) -> str:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return next(line.split(":", 1)[1].strip() for line in status.splitlines() if line.startswith("Cpus_allowed_list"))
+
+
+@pytest.mark.skipif(CPUSET_REASON is not None, reason=CPUSET_REASON or "")
+def test_cpuset_suppression_confines_a_real_be_process_and_lets_it_go() -> None:
+    """The whole agent, cpuset policy, on real cgroup v1 cpuset folders (tier, pod, container) and this machine's
+    real topology. Its budget always asks for every CPU of a machine with 2 (BE never gets fewer than 2), so the
+    narrowing comes from the node: a reserved CPU (``node.koordinator.sh/reservation``) leaves BE the others;
+    lifting the reservation widens BE to every CPU again, tier first."""
+    online = sorted(parse_cpu_list(Path("/sys/devices/system/cpu/online").read_text()))
+    if len(online) < 2:
+        pytest.skip("needs 2 CPUs or more to narrow a set")
+    reserved, every = online[-1], format_cpu_list(online)
+    rest = format_cpu_list(online[:-1])
+    with real_cgroup_root(cpuset=True) as cg:
+        cg.mkdir(BE_CTR)
+        metrics = AgentMetrics()
+        state = cluster([be_pod(cpu="1k")], {"enable": True, "cpuSuppressPolicy": "cpuset"}, cpu=str(len(online)))
+        node = state.node(NODE)
+        assert node is not None
+        node["metadata"]["annotations"] = {"node.koordinator.sh/reservation": json.dumps(
+            {"reservedCPUs": str(reserved)})}
+        in_pod, in_ctr = cg.spawn(BE_POD, "import time\ntime.sleep(60)\n"), cg.spawn(BE_CTR, "import time\n"
+                                                                                     "time.sleep(60)\n")
+        try:
+            for child, rel in ((in_pod, BE_POD), (in_ctr, BE_CTR)):
+                deadline = time.monotonic() + 10
+                while str(child.pid) not in cg.read("cpuset", rel, "cgroup.procs").split():
+                    assert child.poll() is None and time.monotonic() < deadline
+                    time.sleep(0.01)
+            agent = enforcing(cg, state, metrics)
+            agent.cycle(now=0.0)                              # no CPU rate yet
+            time.sleep(0.2)
+            out = agent.cycle(now=1.0).as_dict()
+            narrowed = [(w["path"], w["value"]) for w in out["cgroupWrites"] if w["file"] == "cpuset.cpus"]
+            assert narrowed == [(f"cpuset/{BE_CTR}", rest), (f"cpuset/{BE_POD}", rest),
+                                ("cpuset/kubepods/besteffort", rest)]
+            assert [cg.read("cpuset", p, "cpuset.cpus") for p in ("kubepods/besteffort", BE_POD, BE_CTR)] == [rest] * 3
+            assert (_cpus_allowed(in_pod.pid), _cpus_allowed(in_ctr.pid)) == (rest, rest)
+            assert out["cpuSuppress"] == {"policy": "cpuset", "beCPUs": rest, "cores": float(len(online) - 1),
+                                          "fallback": None}
+            assert _metric(metrics, "colocation_agent_cgroup_write_refusals_total") == 0
+            node["metadata"]["annotations"] = {}              # the reservation lifted: every CPU again
+            time.sleep(0.2)
+            out = agent.cycle(now=2.0).as_dict()
+            widened = [(w["path"], w["value"]) for w in out["cgroupWrites"] if w["file"] == "cpuset.cpus"]
+            assert widened == [("cpuset/kubepods/besteffort", every), (f"cpuset/{BE_POD}", every),
+                               (f"cpuset/{BE_CTR}", every)]
+            assert (_cpus_allowed(in_pod.pid), _cpus_allowed(in_ctr.pid)) == (every, every)
+            assert _metric(metrics, "colocation_agent_cgroup_write_refusals_total") == 0
+            assert _metric(metrics, "koordlet_be_suppress_cpu_cores") == len(online)
+        finally:
+            for child in (in_pod, in_ctr):
+                child.kill()
+                child.wait()

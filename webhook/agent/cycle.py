@@ -28,7 +28,7 @@ from webhook.agent.domain.coexistence import Capability
 from webhook.agent.inputs import ClusterInputs, Inputs
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
-from webhook.agent.report import CycleReport
+from webhook.agent.report import CycleReport, SuppressReport
 from webhook.cluster.state import ClusterState
 
 log = logging.getLogger("colocation-agent")
@@ -53,7 +53,7 @@ class Agent:
         shared = (options, self.coexistence, actions, self.metrics)
         self.eviction = MemoryEviction(*shared, collector)
         self.limits = CgroupLimits()
-        self.suppress = CpuSuppress(options.node_name, self.metrics)
+        self.suppress = CpuSuppress(options.node_name, self.metrics, options.sys_root)
         self.cgroup_plan = CgroupPlan(options, self.coexistence)
         self.batch = BatchResources(*shared)
         self.condition = NodeCondition(*shared)
@@ -90,7 +90,7 @@ class Agent:
                                     "no cgroup writes and no new usage figures this cycle")
         if sample is not None:
             self._last_collect_error = None
-            report.cgroup_writes = self._cgroup_writes(sample, inputs)
+            report.cgroup_writes, report.cpu_suppress = self._cgroup_writes(sample, inputs)
         batch = self.batch.decide(now, sample, inputs)
         self.batch.act(now, inputs, batch)
         report.batch, report.batch_reason = batch.values, batch.reason
@@ -119,12 +119,12 @@ class Agent:
             self._cgroups = CgroupFiles(layout, self.metrics)
         return self._cgroups
 
-    def _cgroup_writes(self, sample: Sample, inputs: Inputs) -> list[CgroupWrite]:
+    def _cgroup_writes(self, sample: Sample, inputs: Inputs) -> tuple[list[CgroupWrite], SuppressReport | None]:
         """BE limits and BE suppression: decide each, plan their writes as one, and (in ``run``) make them."""
         on = self.coexistence.on
         limits, suppression = on(Capability.BE_CGROUP_LIMITS), on(Capability.CPU_SUPPRESS)
         if sample.layout is None or not (limits or suppression):
-            return []
+            return [], None
         files = self._files(sample.layout)
         under: list[Folder] = []
         roots: list[Folder] = []
@@ -139,9 +139,10 @@ class Agent:
         else:
             roots[:0] = under
         writes = self.cgroup_plan.plan(files, sample.layout.version, roots, tier[0] if tier else None,
-                                       target.writes)
+                                       target.writes, target.cpusets, target.cpuset_folders)
         applied = self.cgroup_plan.apply(files, writes)
         if tier is not None and suppression:
             self.suppress.record(tier[0], tier[1], target, writes, applied, self.options.dry_run,
                                  inputs.cpu_suppress)
-        return writes
+            return writes, self.suppress.report(tier[1], target)
+        return writes, None

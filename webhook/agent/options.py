@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from webhook.agent.domain.coexistence import Capability
 from webhook.agent.domain.thresholds import DEFAULT_PRESSURE_TRANSITION_PERIOD, Threshold
@@ -18,3 +19,4 @@ class AgentOptions:
     dry_run: bool = False
     enforce: bool = False          # write cgroups (``run``); ``once`` only lists the writes
     disabled: frozenset[Capability] = frozenset()   # --disable: left to another component
+    sys_root: Path = Path("/sys")  # the CPU topology (cpuset suppression)

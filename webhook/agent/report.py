@@ -50,6 +50,21 @@ class Condition:
         return {"type": self.type, "status": self.status, "reason": self.reason, "message": self.message}
 
 
+@dataclass(frozen=True, slots=True)
+class SuppressReport:
+    """BE CPU suppression this cycle: the policy in force (None: off), the CPUs BE pods may use (their cpuset, as
+    the agent last read or wrote it), the cores they may use under the policy, and why cfsQuota stands in for
+    cpuset (None when it does not)."""
+
+    policy: str | None
+    cpus: str | None
+    cores: float | None
+    fallback: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "beCPUs": self.cpus, "cores": self.cores, "fallback": self.fallback}
+
+
 @dataclass(slots=True)
 class CycleReport:
     node: str
@@ -61,6 +76,7 @@ class CycleReport:
     conditions: list[Condition] = field(default_factory=list)
     cgroup_writes: list[CgroupWrite] = field(default_factory=list)
     capabilities_off: dict[str, str] = field(default_factory=dict)   # capability -> why it does not run
+    cpu_suppress: SuppressReport | None = None    # None: the capability did not run (off, or nothing measured)
 
     def as_dict(self) -> dict[str, Any]:
         return {"node": self.node, "memory": None if self.memory is None else self.memory.as_dict(),
@@ -68,4 +84,5 @@ class CycleReport:
                 "evictions": [e.as_dict() for e in self.evictions], "batch": dict(self.batch),
                 "batchReason": self.batch_reason, "conditions": [c.as_dict() for c in self.conditions],
                 "cgroupWrites": [w.as_dict() for w in self.cgroup_writes],
+                "cpuSuppress": None if self.cpu_suppress is None else self.cpu_suppress.as_dict(),
                 "capabilitiesOff": dict(self.capabilities_off)}

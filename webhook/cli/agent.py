@@ -75,7 +75,7 @@ def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool =
     except CapabilityError as exc:
         raise UsageError(f"--disable: {exc}") from None
     return AgentOptions(node, thresholds, transition, (args.config_namespace, args.config_name), dry_run, enforce,
-                        disabled)
+                        disabled, Path(args.sys_root))
 
 
 def _collector(args: argparse.Namespace) -> Collector:
@@ -150,6 +150,12 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(f"cgroup write {w['path']}/{w['file']} = {w['value']}")
     if not out["cgroupWrites"]:
         lines.append("cgroup writes: none")
+    cpu = out.get("cpuSuppress")
+    if cpu and cpu["policy"]:
+        cores = f", {cpu['cores']:g} cores" if cpu["cores"] is not None else ""
+        lines.append(f"cpu suppress: {cpu['policy']}{cores}"
+                     + (f", BE CPUs {cpu['beCPUs']}" if cpu["beCPUs"] else "")
+                     + (f" (cpuset cannot act: {cpu['fallback']})" if cpu["fallback"] else ""))
     for cap, why in out["capabilitiesOff"].items():
         lines.append(f"off: {cap} ({why})")
     return "\n".join(lines) + "\n"
@@ -286,6 +292,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-name", default=None, help="this node's name (default: $NODE_NAME)")
     p.add_argument("--proc-root", default="/proc", metavar="DIR", help="where /proc is mounted")
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup", metavar="DIR", help="where the cgroup filesystem is")
+    p.add_argument("--sys-root", default="/sys", metavar="DIR",
+                   help="where sysfs is (the CPU topology, for cpuset suppression)")
     p.add_argument("--eviction-hard", metavar="SIGNAL<VALUE,...",
                    help="kubelet-style hard thresholds, e.g. memory.available<500Mi")
     p.add_argument("--eviction-soft", metavar="SIGNAL<VALUE,...",

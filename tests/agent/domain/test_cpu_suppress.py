@@ -12,7 +12,6 @@ from webhook.agent.domain.cpu_suppress import (
     BE_MIN_QUOTA,
     be_quota,
     capacity_cores,
-    cpuset_size,
     next_be_quota,
     node_reserved_milli,
     suppress_milli,
@@ -64,7 +63,6 @@ def test_node_reserved() -> None:
     assert node_reserved_milli(node("8", "7", {"reservedCPUs": "0-2"})) == 3000
     assert node_reserved_milli(node("8", "7", {"resources": {"cpu": "500m"}})) == 1000
     assert node_reserved_milli(None) == 0
-    assert (cpuset_size("0-3,8"), cpuset_size(""), cpuset_size("3-1"), cpuset_size("x")) == (5, 0, None, None)
 
 
 def _threshold(doc: dict[str, Any]) -> dict[str, str]:

@@ -6,12 +6,13 @@ left to that writer, with its whole capability (webhook.agent.coexistence)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 
 from webhook.agent.cgroups import CgroupFiles
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain.cgroup_limits import CgroupWrite, Folder, plan_writes
 from webhook.agent.domain.coexistence import Capability, rewrites
+from webhook.agent.domain.cpuset import CPUSET_FILE
 from webhook.agent.options import AgentOptions
 
 log = logging.getLogger("colocation-agent")
@@ -25,12 +26,15 @@ class CgroupPlan:
         self._applied: dict[tuple[str, str], str] = {}   # (cgroup folder, file) -> the value the agent wrote
 
     def plan(self, files: CgroupFiles, version: int, roots: list[Folder], besteffort: str | None,
-             asked: bool) -> list[CgroupWrite]:
-        """This cycle's writes for ``roots`` (``asked``: a capability sets a value of its own this cycle)."""
+             asked: bool, cpusets: Sequence[CgroupWrite] = (),
+             cpuset_folders: Collection[str] | None = None) -> list[CgroupWrite]:
+        """This cycle's writes for ``roots`` (``asked``: a capability sets a value of its own this cycle), then
+        the ``cpusets`` (cpuset suppression: already in the kernel's order, and in files nothing else writes);
+        ``cpuset_folders``: the tier's cpuset folders, when read this cycle."""
         # Nothing read anew and nothing asked differently: last cycle's empty plan stands.
         anew = files.changed or asked or self._planned
         writes = plan_writes(version, roots, files.page_size) if anew else []
-        writes = self._not_fighting(writes, besteffort, roots)
+        writes = self._not_fighting([*writes, *cpusets], besteffort, roots, cpuset_folders)
         self._planned = bool(writes)
         return writes
 
@@ -46,11 +50,13 @@ class CgroupPlan:
         return applied
 
     def _not_fighting(self, writes: list[CgroupWrite], besteffort: str | None,
-                      roots: list[Folder]) -> list[CgroupWrite]:
+                      roots: list[Folder], cpuset_folders: Collection[str] | None) -> list[CgroupWrite]:
         """This cycle's writes less those of a capability another writer has taken over (noticed now, or
         before); the values remembered as written shrink to the folders still there."""
         def capability(w: CgroupWrite) -> Capability:
-            return Capability.CPU_SUPPRESS if w.path == besteffort else Capability.BE_CGROUP_LIMITS
+            if w.path == besteffort or w.file == CPUSET_FILE:
+                return Capability.CPU_SUPPRESS
+            return Capability.BE_CGROUP_LIMITS
 
         for w in rewrites(writes, self._applied):
             cap = capability(w)
@@ -58,7 +64,10 @@ class CgroupPlan:
                 self.coexistence.yield_to_other_writer(cap, f"{w.path}/{w.file} no longer holds the {w.value} "
                                                             "the agent wrote")
         present = set(_folder_paths(roots))
-        self._applied = {k: v for k, v in self._applied.items() if k[0] in present}
+        if cpuset_folders is not None:
+            present.update(cpuset_folders)
+        self._applied = {k: v for k, v in self._applied.items()
+                         if k[0] in present or (k[1] == CPUSET_FILE and cpuset_folders is None)}
         return [w for w in writes if self.coexistence.on(capability(w))]
 
 
