@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_cpuset_v1, write_cpuset_v2
+from harness.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_cpuset_v1, write_cpuset_v2
 from webhook.agent.cgroups import CgroupFiles
 from webhook.agent.collectors import Layout, detect_layout
 from webhook.agent.cpusets import read_tree

@@ -15,7 +15,7 @@ from subprocess import Popen
 
 import pytest
 
-from tests.kernel import RealCgroupRoot, cpuset_unavailable_reason, real_cgroup_root
+from harness.kernel import RealCgroupRoot, cpuset_unavailable_reason, real_cgroup_root
 from webhook.agent.cgroups import CgroupFiles
 from webhook.agent.collectors import Layout, detect_layout
 from webhook.agent.cpusets import read_tree

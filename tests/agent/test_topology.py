@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.agent_trees import write_sysfs
+from harness.agent_trees import write_sysfs
 from webhook.agent.domain.cpuset import ProcessorInfo, parse_cpu_list
 from webhook.agent.topology import TopologyError, TopologyReader, read_processors
 

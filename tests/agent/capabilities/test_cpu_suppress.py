@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from harness.agent_trees import write_cpuset_v1, write_cpuset_v2, write_proc, write_sysfs
 from tests.agent.test_cgroups import fakes, tree
 from tests.agent.test_cycle import GI, write_state
 from tests.agent.test_cycle import NODE as RECORDED_NODE
-from tests.agent_trees import write_cpuset_v1, write_cpuset_v2, write_proc, write_sysfs
 from webhook.agent.capabilities.cpu_suppress import CpuSuppress, Node, SuppressTarget
 from webhook.agent.collectors import Collector, PodUsage, Sample
 from webhook.agent.cycle import Agent
