@@ -2,7 +2,7 @@
 
 The project is described in pyproject.toml; this file only adds the compiled modules. They are listed in
 webhook/compiled.py: plain typed Python (mypy --strict clean) that mypyc compiles to C extensions, which answers a
-review's rules about 1.6 times as fast (docs/benchmarks.md). The .py files stay in the package beside them, and the
+review's rules faster (docs/benchmarks.md, "Compiled"). The .py files stay in the package beside them, and the
 same sources run as plain Python wherever they are not compiled:
 
 - ``COLOCATION_WEBHOOK_COMPILE=0 pip install ...`` builds plain Python on purpose;

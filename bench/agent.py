@@ -38,9 +38,9 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.agent_trees import FakePod, write_cgroup_v2, write_proc
-from tests.apiserver import ReplayAPIServer
-from tests.kernel import (
+from harness.agent_trees import FakePod, write_cgroup_v2, write_proc
+from harness.apiserver import ReplayAPIServer
+from harness.kernel import (
     RealCgroupRoot,
     allocator_code,
     crossing,
@@ -48,8 +48,9 @@ from tests.kernel import (
     real_cgroup_root,
     v1_unavailable_reason,
 )
-from webhook.agent.agent import Agent, AgentOptions
 from webhook.agent.collectors import Collector
+from webhook.agent.cycle import Agent
+from webhook.agent.options import AgentOptions
 from webhook.cluster.state import AGENT_KINDS, ClusterState
 
 GI, MI = 2**30, 2**20
@@ -223,7 +224,7 @@ def published_batch(cg: RealCgroupRoot, n: int) -> dict[str, int]:
     agent = Agent(AgentOptions(NODE), Collector(Path("/proc"), cg.root), cluster(n))
     agent.cycle()
     time.sleep(0.5)
-    return dict(agent.cycle()["batch"])
+    return dict(agent.cycle().batch)
 
 
 def idle_cpu(cg: RealCgroupRoot, n: int, seconds: float, mode: str, tmp: Path, steady: bool = True) -> float:

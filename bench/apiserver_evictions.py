@@ -29,7 +29,7 @@ namespace with no pod (422 from a ``Deny`` pod-param binding, else 404).
     COLOCATION_TEST_APISERVER=DIR python bench/apiserver_evictions.py [--sizes 1,100,1000] [--requests 40]
         [--cycles 2] [--seconds 45] [--variants none,default,before,opt-in,objsel]
 
-(or ``COLOCATION_TEST_KUBECONFIG=FILE``: a cluster of one's own, cluster-admin; tests/real_apiserver.py). Without
+(or ``COLOCATION_TEST_KUBECONFIG=FILE``: a cluster of one's own, cluster-admin; harness/real_apiserver.py). Without
 either it says so and exits 0. On a cluster it did not start, the bench's bindings are limited to its own
 namespaces (a namespaceSelector) and its policies match its own service account, so nothing else is touched.
 Bounded: at most ``--seconds`` per size, policy set and cycle (shared out among the callers, each measured in
@@ -58,7 +58,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests import real_apiserver  # noqa: E402
+from harness import real_apiserver  # noqa: E402
 
 DEFAULT_COMPONENT = ROOT / "manifests" / "components" / "agent-node-policy"
 OPT_IN_COMPONENT = ROOT / "manifests" / "components" / "agent-eviction-node-policy"

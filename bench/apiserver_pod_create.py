@@ -33,7 +33,7 @@ are answered as it answers them (policies take effect a moment after they are wr
     COLOCATION_TEST_APISERVER=DIR python bench/apiserver_pod_create.py [--requests 200] [--cycles 2]
         [--profiles 1,10,100] [--variants none,mutating,map-profiles,map-baked,...]
 
-(or ``COLOCATION_TEST_KUBECONFIG=FILE``, tests/real_apiserver.py). Without either it says so and exits 0. On a
+(or ``COLOCATION_TEST_KUBECONFIG=FILE``, harness/real_apiserver.py). Without either it says so and exits 0. On a
 cluster it did not start, every binding is limited to the bench's namespace. Bounded: at most ``--seconds`` per
 set per cycle; every object it made deleted at the end (Koordinator's PriorityClasses only if it created them).
 """
@@ -60,7 +60,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.apiserver_evictions import VAP, VAPB, Caller, client_config, pct  # noqa: E402
-from tests import real_apiserver  # noqa: E402
+from harness import real_apiserver  # noqa: E402
 from webhook.policies import mutating  # noqa: E402
 from webhook.policies.profiles import selector_cel  # noqa: E402
 

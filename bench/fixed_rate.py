@@ -84,8 +84,8 @@ async def run(url: str, body: bytes, ca: Path, rate: float, duration: float, con
               check=None) -> Result:  # type: ignore[no-untyped-def]
     """Send ``rate`` requests per second for ``duration`` seconds; ``check(body)`` may flag bad answers.
 
-    Hand-written HTTP/1.1 over asyncio streams: an httpx client costs about 1 ms of CPU per request,
-    which would make the generator, not the server, the bottleneck at 1000 rps.
+    Hand-written HTTP/1.1 over asyncio streams: an httpx client's CPU per request (docs/benchmarks.md)
+    would make the generator, not the server, the bottleneck at 1000 rps.
     """
     parts = urlsplit(url)
     host, port = parts.hostname or "localhost", parts.port or 443

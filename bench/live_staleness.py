@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The live source on a real kube-apiserver when the network misbehaves (issue 34 §1), through the TCP proxy of
-tests/tcp_proxy.py (pass, reset, or drop silently: a blackhole that answers for the peer).
+harness/tcp_proxy.py (pass, reset, or drop silently: a blackhole that answers for the peer).
 
 1. **Quiet watches** (raw, beside the source): a watch per webhook kind with ``timeoutSeconds`` =
    ``--idle-seconds``, while ConfigMaps change in another namespace every 10 s: what each watch receives (events,
@@ -20,7 +20,7 @@ tests/tcp_proxy.py (pass, reset, or drop silently: a blackhole that answers for 
     COLOCATION_TEST_APISERVER=DIR python bench/live_staleness.py [--scale 1] [--idle-seconds 150]
         [--blackhole 100] [--partition 20]
 
-(or ``COLOCATION_TEST_KUBECONFIG=FILE``, tests/real_apiserver.py). Without either it says so and exits 0.
+(or ``COLOCATION_TEST_KUBECONFIG=FILE``, harness/real_apiserver.py). Without either it says so and exits 0.
 ``--scale`` multiplies every duration, the source's (``Timing().scaled``) and the script's (the tests run it at
 0.05). Bounded: each phase waits at most its own duration plus the source's deadlines; about six minutes at
 ``--scale 1``. What it creates (a namespace, and Koordinator's objects the webhook kinds need where missing) is
@@ -47,8 +47,9 @@ sys.path.insert(0, str(ROOT))
 
 import orjson  # noqa: E402
 
-from tests import real_apiserver  # noqa: E402
-from tests.tcp_proxy import TCPProxy  # noqa: E402
+from harness import real_apiserver  # noqa: E402
+from harness.log_records import Lines  # noqa: E402
+from harness.tcp_proxy import TCPProxy  # noqa: E402
 from webhook.cluster.freshness import Timing  # noqa: E402
 from webhook.cluster.live import LiveSource, _lines, _list_function, api_client  # noqa: E402
 from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, WEBHOOK_KINDS, ClusterState  # noqa: E402
@@ -56,20 +57,6 @@ from webhook.cluster.state import KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMESPACE, 
 KOORDINATOR = ROOT / "manifests" / "koordinator"
 NEEDED = ("namespace.yaml", "crd-clustercolocationprofiles.yaml", "priorityclasses.yaml", "slo-controller-config.yaml")
 LABEL = "colocation-bench/at"
-
-
-class Lines(logging.Handler):
-    """Every record at INFO and above, with the time it was made."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-    def since(self, t: float) -> list[logging.LogRecord]:
-        return [r for r in list(self.records) if r.created >= t]
 
 
 def wait(cond: Callable[[], object], timeout: float, step: float = 0.05) -> float | None:

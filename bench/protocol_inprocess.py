@@ -33,37 +33,11 @@ from uvicorn.server import ServerState  # noqa: E402
 
 from bench.asgi_inprocess import best_per_call, review_and_state  # noqa: E402
 from bench.echo_app import app as echo  # noqa: E402
+from harness.transport import Transport  # noqa: E402
 from webhook.server.app import create_server  # noqa: E402
 from webhook.server.asgi import ReviewDispatcher  # noqa: E402
 from webhook.server.service import Answer  # noqa: E402
 from webhook.server.serving import GuardedProtocol, ServeOptions  # noqa: E402
-
-
-class Transport(asyncio.Transport):
-    """What a protocol writes to, kept: the answers' bytes."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.written: list[bytes] = []
-        self.closing = False
-
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self.written.append(bytes(data))
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"sockname": ("127.0.0.1", 8443), "peername": ("127.0.0.1", 40000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 def request(path: str, body: bytes) -> bytes:

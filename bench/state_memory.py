@@ -4,14 +4,14 @@
 For each size, objects shaped as a real cluster's are (with the fields that weigh: managedFields, kubectl's
 last-applied annotation, a namespace's spec and status, a quota's used counts) reach `serve` one of two ways:
 
-- ``--source live`` (the default): a local API server (tests/apiserver.py's replay server, loopback only) serves
+- ``--source live`` (the default): a local API server (harness/apiserver.py's replay server, loopback only) serves
   them as paginated lists, with an empty watch for each kind; `serve --kubeconfig` lists them.
 - ``--source files``: the same objects written to a folder as ``kubectl get KIND -o yaml`` prints them (one
   ``List`` per kind; ``--format json``: ``-o json``); `serve --cluster-state DIR` loads it.
 
 `serve` turns ready, and its resident memory (VmRSS) is read after a few seconds of quiet. With ``--burst N``,
 N large reviews (bench/hostile_load.py's ``at-the-caps``: 1 000 containers, 3 MB) are then sent at once, 3 rounds
-3 s apart, and the peak is read as the pod's memory cgroup counts it (bench/hostile_load.py's ``Memory``: a cgroup
+3 s apart, and the peak is read as the pod's memory cgroup counts it (bench/large_reviews.py's ``Memory``: a cgroup
 of its own when run as root, else RSS added up).
 
     python bench/state_memory.py [--sizes 1000,10000,50000] [--profiles 1000] [--classes 206]
@@ -43,9 +43,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.large_reviews import Memory, exchange, large_review, post  # noqa: E402
 from bench.soak import rss_kib  # noqa: E402
 from bench.webhook_load import free_port  # noqa: E402
-from tests.apiserver import Received, ReplayAPIServer  # noqa: E402
+from harness.apiserver import Received, ReplayAPIServer  # noqa: E402
 from webhook.tls.certs import generate  # noqa: E402
 
 LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
@@ -171,8 +172,6 @@ def state_folder(folder: Path, n_ns: int, n_profiles: int = 1000, n_classes: int
 
 def burst_peak(port: int, ca: Path, pid: int, memory: Any, burst: int, rounds: int = 3) -> float:
     """Peak MiB while ``burst`` large reviews arrive at once, ``rounds`` times 3 s apart (as hostile_load)."""
-    from bench.hostile_load import exchange, large_review, post  # it imports this module: not at the top
-
     body = large_review("at-the-caps")
     ctx = ssl.create_default_context(cafile=str(ca))
 
@@ -202,8 +201,6 @@ def burst_peak(port: int, ca: Path, pid: int, memory: Any, burst: int, rounds: i
 def measure(n_ns: int, n_profiles: int, n_classes: int, source: str = "live", burst: int = 0,
             fmt: str = "yaml") -> tuple[float, float, float | None]:
     """(seconds until ready, resident MiB once quiet, peak MiB through the burst or None)."""
-    from bench.hostile_load import Memory
-
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory()))
         if source == "files":

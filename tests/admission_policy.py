@@ -306,7 +306,7 @@ class Policy:
 
     def first_failure(self, request: dict[str, Any], obj: Any = None, old: Any = None) -> str | None:
         """None when admitted (or not matched), else the refusal's message: the shape of
-        tests/test_agent_node_policy.py's evaluator, so that file can use this one."""
+        tests/deploy/test_agent_node_policy.py's evaluator, so that file can use this one."""
         outcome = self.evaluate({**request, "object": obj, "oldObject": old})
         return None if outcome.allowed else outcome.message
 

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # (requirements-build.lock there; requirements-test.lock, which holds them at the same versions, here).
 CONTEXT = ("pyproject.toml", "setup.py", "README.md", "webhook")
 WHEEL_STEP = ("pip", "wheel", "--no-deps", "--no-build-isolation", "--wheel-dir", "/wheels", ".")
-# A compiled build takes about 90 s of CPU on an idle core; on a loaded 2-core machine twice that.
+# A compiled build is minutes of CPU on a loaded 2-core machine (docs/benchmarks.md, "Figures behind the code's
+# comments"): the timeout leaves room for that.
 BUILD_TIMEOUT = 480
 
 

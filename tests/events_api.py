@@ -17,7 +17,7 @@ import re
 import uuid
 from typing import Any
 
-from tests.apiserver import Received, ReplayAPIServer
+from harness.apiserver import Received, ReplayAPIServer
 
 MICRO_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}(Z|[+-]\d\d:\d\d)$")
 QUALIFIED_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"

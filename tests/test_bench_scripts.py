@@ -38,9 +38,9 @@ def test_an_in_process_benchmark_runs(script: str, args: list[str], printed: str
     ("apiserver_pod_create.py", ["--requests", "3", "--cycles", "1", "--profiles", "2"], "profiles-2"),
 ])
 def test_a_real_apiserver_benchmark_runs_or_says_why_not(script: str, args: list[str], printed: str) -> None:
-    """With a real apiserver configured (tests/real_apiserver.py), tiny sizes run; without one, the script says
+    """With a real apiserver configured (harness/real_apiserver.py), tiny sizes run; without one, the script says
     so and exits 0."""
-    from tests import real_apiserver
+    from harness import real_apiserver
 
     done = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, env=ENV,
                           capture_output=True, text=True, timeout=110)

@@ -1,4 +1,5 @@
-"""No import cycle inside webhook/: a module never needs, at any depth, a module that needs it back.
+"""No import cycle inside webhook/ or bench/: a module never needs, at any depth, a module that needs it back. And
+bench/ and tests/ never import each other: what both need is in harness/, which imports neither.
 
 A cycle works only while every import of it stays where it is (inside a function, after a definition): an edit
 that moves one breaks the program at start-up with a partially initialised module. Every ``import`` and ``from
@@ -14,6 +15,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "webhook"
+# The folders of code that is run but not shipped, and who may import whom among them.
+HARNESS, BENCH, TESTS = "harness", "bench", "tests"
+MAY_NOT_IMPORT = {BENCH: {TESTS}, TESTS: {BENCH}, HARNESS: {TESTS, BENCH}}
 
 
 def _module_name(path: Path) -> str:
@@ -21,8 +25,8 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _modules() -> dict[str, Path]:
-    return {_module_name(p): p for p in sorted((ROOT / PACKAGE).rglob("*.py"))}
+def _modules(*packages: str) -> dict[str, Path]:
+    return {_module_name(p): p for package in packages or (PACKAGE,) for p in sorted((ROOT / package).rglob("*.py"))}
 
 
 def _type_checking_only(node: ast.AST) -> bool:
@@ -112,14 +116,34 @@ def _a_cycle(graph: dict[str, set[str]], component: set[str]) -> list[str]:
     raise AssertionError(f"no cycle through {start}")
 
 
-def import_graph() -> dict[str, set[str]]:
-    modules = _modules()
+def import_graph(*packages: str) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` (default: webhook) it imports."""
+    modules = _modules(*packages)
     return {name: _imports(name, path, modules) for name, path in modules.items()}
 
 
 def test_no_module_of_webhook_imports_itself_through_others() -> None:
     cycles = _cycles(import_graph())
     assert cycles == [], "import cycles:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_bench_script_imports_itself_through_others() -> None:
+    cycles = _cycles({m: {t for t in to if t.startswith(BENCH + ".")} for m, to in import_graph(BENCH).items()})
+    assert cycles == [], "import cycles in bench/:\n" + "\n".join(" -> ".join(c) for c in cycles)
+
+
+def forbidden_imports(graph: dict[str, set[str]]) -> list[str]:
+    """``a -> b`` for each import of ``graph`` that MAY_NOT_IMPORT forbids."""
+    return sorted(f"{m} -> {t}" for m, to in graph.items() for t in to
+                  if t.split(".")[0] in MAY_NOT_IMPORT.get(m.split(".")[0], set()))
+
+
+def test_bench_and_tests_do_not_import_each_other() -> None:
+    """A benchmark that imports a test module (or a test that imports a benchmark) ties the two together: what
+    both need lives in harness/."""
+    graph = import_graph(BENCH, TESTS, HARNESS)
+    assert any(t.startswith(HARNESS + ".") for m, to in graph.items() if m.startswith(BENCH + ".") for t in to)
+    assert forbidden_imports(graph) == []
 
 
 def test_the_check_sees_a_cycle() -> None:
@@ -130,3 +154,12 @@ def test_the_check_sees_a_cycle() -> None:
     tree = ast.parse("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import x\n"
                      "def f():\n    import y\n")
     assert [a.name for n in _import_nodes(tree) if isinstance(n, ast.Import) for a in n.names] == ["y"]
+
+
+def test_the_check_sees_bench_and_tests_import_each_other() -> None:
+    graph = {"bench.agent": {"harness.apiserver", "tests.mutating"}, "tests.test_x": {"bench.chain", "harness.kernel"},
+             "harness.kernel": {"tests.conftest"}, "tests.test_y": {"tests.mutating"}}
+    assert forbidden_imports(graph) == ["bench.agent -> tests.mutating", "harness.kernel -> tests.conftest",
+                                        "tests.test_x -> bench.chain"]
+    # "from harness import x" names the module x of the package
+    assert "harness.real_apiserver" in import_graph(TESTS, HARNESS)["tests.e2e.test_real_apiserver"]

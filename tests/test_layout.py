@@ -12,7 +12,7 @@ TESTS = ROOT / "tests"
 # Whole programs as a user or the apiserver meets them: no one module to mirror.
 PROGRAM_FOLDERS = {"cli", "e2e", "deploy"}
 # The repository as a whole, and webhook/compiled.py (a module at the package's top).
-TOP = {"test_architecture_doc.py", "test_bench_scripts.py", "test_cel_check.py", "test_compiled.py",
+TOP = {"test_architecture_doc.py", "test_bench_scripts.py", "test_cel_check.py", "test_citations.py", "test_compiled.py",
        "test_import_cycles.py", "test_layout.py", "test_lint.py", "test_lock.py", "test_readme.py"}
 # Tests of a package's contract rather than of one module.
 CONTRACTS = {"admission/rules/test_contract.py"}
@@ -31,10 +31,9 @@ def test_every_test_file_is_named_after_the_module_it_tests() -> None:
         if where.parts[0] in PROGRAM_FOLDERS | {"fixtures"} or where.as_posix() in CONTRACTS:
             continue
         if len(where.parts) == 1:
-            # The agent's tests move to tests/agent/ (issue 35 §2); until then they keep their prefix here.
-            if test.name not in TOP and not test.name.startswith("test_agent_"):
+            if test.name not in TOP:
                 astray.append(str(where))
-        elif where.parts[0] != "agent" and not _mirrors(test):
+        elif not _mirrors(test):
             astray.append(str(where))
     assert astray == [], f"tests not named after a module of webhook/ (tests/<package>/test_<module>.py): {astray}"
 

@@ -16,9 +16,9 @@ from collections.abc import Callable, Iterator
 @contextlib.contextmanager
 def collector_paused() -> Iterator[None]:
     """The cyclic garbage collector off while files load or a large review is decoded and answered: parsing
-    makes millions of containers and no cycles, and each full collection would trace everything parsed so far (a
-    folder of 10 000 namespaces as one List: 4x the time). Counted, so pauses in two threads do not turn it back
-    on under each other."""
+    makes millions of containers and no cycles, and each full collection would trace everything parsed so far: the
+    load would take several times as long (docs/benchmarks.md, "Figures behind the code's comments"). Counted, so
+    pauses in two threads do not turn it back on under each other."""
     global _PAUSES
     with _PAUSE_LOCK:
         if _PAUSES == 0:

@@ -14,7 +14,8 @@ LIMITED = [{"resource": "pods", "matchScopes": [{"scopeName": "PriorityClass", "
 
 BARE = KOORD_PROD_CONFIG
 
-# Seed 004's layout: apiserver.k8s.io/v1alpha1 with the Configuration inline.
+# The older layout: apiserver.k8s.io/v1alpha1 with the Configuration inline
+# (staging/src/k8s.io/apiserver/pkg/apis/apiserver/v1alpha1/types.go).
 INLINE = ("apiVersion: apiserver.k8s.io/v1alpha1\nkind: AdmissionConfiguration\nplugins:\n"
           '- name: "ResourceQuota"\n  configuration:\n' + textwrap.indent(BARE, "    "))
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.apiserver import ReplayAPIServer, load_exchange
+from harness.apiserver import ReplayAPIServer, load_exchange
 from tests.cluster.test_live import serve_webhook_kinds, write_kubeconfig
 from webhook.audit.files import ObjectsError, objects
 from webhook.audit.findings import beyond_plugins

@@ -20,7 +20,7 @@ import orjson
 import pytest
 import yaml
 
-from tests.apiserver import ReplayAPIServer
+from harness.apiserver import ReplayAPIServer
 from tests.cluster.test_live import serve_webhook_kinds
 from tests.serving import free_port
 from webhook.cli.webhook import main
@@ -125,7 +125,8 @@ def _big_list(path: Path, megabytes: int) -> None:
 
 def test_review_of_a_large_json_list_says_it_is_no_pod_at_once(tmp_path: Path,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
-    """A 46 MB List took 3 min 43 s and 1.7 GB (PyYAML on JSON) before saying it is not a Pod."""
+    """A large List read whole (PyYAML on JSON) took minutes and gigabytes before saying it is not a Pod
+    (docs/benchmarks.md, "Figures behind the code's comments"): now it is streamed and answered at once."""
     path = tmp_path / "pods.json"
     _big_list(path, 8)
     tracemalloc.start()

@@ -163,8 +163,9 @@ def test_certs_generate_keeps_an_expired_pair_for_other_names_without_force(tmp_
 
 
 def test_serve_with_a_given_pair_does_not_load_cryptography(tmp_path: Path) -> None:
-    """The Deployment's shape (--tls-cert-file from a Secret): the pair is checked by OpenSSL alone, so the 9 MiB
-    of cryptography stay out of the process (bench/state_memory.py); it is loaded only to make or explain a pair."""
+    """The Deployment's shape (--tls-cert-file from a Secret): the pair is checked by OpenSSL alone, so the memory
+    cryptography takes stays out of the process (bench/state_memory.py; docs/benchmarks.md); it is loaded only to
+    make or explain a pair."""
     paths = generate(tmp_path, ["localhost", "127.0.0.1"])
     port = free_port()
     proc = subprocess.Popen([*CLI, "serve", "--drain-delay", "0", "--host", "127.0.0.1", "--port", str(port),

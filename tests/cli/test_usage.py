@@ -250,7 +250,7 @@ HEAVY = {"kubernetes", "fastapi", "starlette", "uvicorn", "prometheus_client", "
                                   ["certs", "generate", "--help"], ["audit", "--help"]])
 def test_a_command_that_fails_on_its_input_starts_without_the_client_or_the_edge(argv: list[str]) -> None:
     """What a command needs is imported where it runs: --help and bad input need neither the Kubernetes client
-    (~0.3 s) nor the HTTP edge. Module names, not a timing: the time is bench's to measure."""
+    (slow to import: docs/benchmarks.md) nor the HTTP edge. Module names, not a timing: the time is bench's to measure."""
     import subprocess
     import sys
 

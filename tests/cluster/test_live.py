@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.apiserver import ReplayAPIServer, Route, load_exchange
+from harness.apiserver import ReplayAPIServer, Route, load_exchange
 from tests.conftest import load_fixture
 from tests.serving import free_port, run_server
 from webhook.cluster.freshness import Timing

@@ -1,5 +1,5 @@
-"""The live source on a real kube-apiserver (tests/real_apiserver.py; skipped without one), through the TCP proxy of
-tests/tcp_proxy.py, with time compressed twenty times (``Timing().scaled(0.05)``: watches of 2 s, a read deadline
+"""The live source on a real kube-apiserver (harness/real_apiserver.py; skipped without one), through the TCP proxy of
+harness/tcp_proxy.py, with time compressed twenty times (``Timing().scaled(0.05)``: watches of 2 s, a read deadline
 0.75 s above, lists of 1.5 s, a minute in 3 s). What the replay server only imitates, proven on the apiserver:
 it ends a quiet watch at its timeoutSeconds, so the deadline never cuts one; a blackhole is seen within the
 deadline and mended by a relist; a minute of resets is a handful of lines. bench/live_staleness.py measures the
@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from bench.live_staleness import Lines  # the bench's own log handler: one copy
-from tests import real_apiserver
+from harness import real_apiserver
+from harness.log_records import Lines  # the bench's log handler too: one copy
+from harness.tcp_proxy import TCPProxy
 from tests.cluster.test_live import wait_for
-from tests.tcp_proxy import TCPProxy
 from webhook.cluster.freshness import Timing
 from webhook.cluster.live import LiveSource
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState

@@ -1,5 +1,5 @@
 """The live source when the network or the API server misbehaves (issue 34 §1), through a TCP proxy
-(tests/tcp_proxy.py) between the source and the replay server (tests/apiserver.py) that passes, resets, or drops
+(harness/tcp_proxy.py) between the source and the replay server (harness/apiserver.py) that passes, resets, or drops
 silently. Time is compressed ten times (``Timing().scaled(0.1)``): a minute of trouble lasts 6 s, the watch's
 server-side timeout is 4-5 s and its read deadline at most 6.5 s. bench/live_staleness.py measures the same on a
 real kube-apiserver at full scale (docs/benchmarks.md).
@@ -30,7 +30,8 @@ from typing import Any
 import pytest
 import urllib3
 
-from tests.apiserver import ReplayAPIServer, Route, load_exchange
+from harness.apiserver import ReplayAPIServer, Route, load_exchange
+from harness.tcp_proxy import Mode, TCPProxy
 from tests.cluster.test_live import (
     NS,
     PC,
@@ -42,7 +43,6 @@ from tests.cluster.test_live import (
     write_kubeconfig,
 )
 from tests.serving import free_port, run_server
-from tests.tcp_proxy import Mode, TCPProxy
 from webhook.cluster.freshness import NO_DATA, STALE, Timing
 from webhook.cluster.live import LiveSource, _failure
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.apiserver import API_FIXTURES
+from harness.apiserver import API_FIXTURES
 from tests.mutating import labels_of, make_state, mutate, namespace, pod, profile
 from webhook.cli import agent as agent_cli
 from webhook.cli import webhook as webhook_cli

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.apiserver import ReplayAPIServer
+from harness.apiserver import ReplayAPIServer
 from tests.cluster.test_live import PC, WEBHOOK_LISTS, live, pc_list_body, wait_for
 from tests.mutating import mutate, pod
 from webhook.cluster.files import FilesSource, StateFileError, load_folder
@@ -206,7 +206,7 @@ def test_object_errors(name: str, obj: dict[str, Any], expected: list[tuple[Any,
 
 def test_every_shipped_state_passes() -> None:
     """The embedded example, manifests/ and the recorded API lists are what a cluster holds: nothing refused."""
-    from tests.apiserver import load_exchange
+    from harness.apiserver import load_exchange
     from webhook.core.validation import object_errors
 
     root = Path(__file__).resolve().parents[2]

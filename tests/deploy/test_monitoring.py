@@ -31,7 +31,7 @@ from tests.serving import run_server
 from webhook.agent.metrics import AgentMetrics, Health, serve
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, ClusterState
-from webhook.server.metrics import Metrics, ReviewFamily, RuleTimes
+from webhook.server.metrics import Metrics, ReviewFamily, RuleDurations
 from webhook.tls.watch import CertWatcher
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,7 +71,7 @@ def _declared_labels(*owners: object) -> dict[str, set[str]]:
         for metric in vars(owner).values():
             if isinstance(metric, MetricWrapperBase):
                 out[metric._name] = set(metric._labelnames)
-            elif isinstance(metric, (ReviewFamily, RuleTimes)):
+            elif isinstance(metric, (ReviewFamily, RuleDurations)):
                 out[metric.name] = set(metric.labelnames)
     return out
 

@@ -1,4 +1,4 @@
-"""The real-apiserver tier (tests/real_apiserver.py): what the apiserver compiles, validates and runs, proven on it.
+"""The real-apiserver tier (harness/real_apiserver.py): what the apiserver compiles, validates and runs, proven on it.
 
 Skipped unless pointed at a kube-apiserver 1.30 or newer (docs/deploy.md, "Proving the policies on a real
 apiserver"). With the webhook configurations installed and no replica answering (``failurePolicy: Ignore``):
@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests import real_apiserver
+from harness import real_apiserver
 from tests.policies.test_invariants import BE, CASES, B, _container, _expected, _pod
 from webhook.admission import chain
 from webhook.admission.review import request_from_dict

@@ -1,4 +1,4 @@
-"""The agent's node policies on a real kube-apiserver (tests/real_apiserver.py; skipped without one).
+"""The agent's node policies on a real kube-apiserver (harness/real_apiserver.py; skipped without one).
 
 manifests/components/agent-node-policy is applied server-side with manifests/base/agent-rbac.yaml, and the
 apiserver itself authenticates the tokens, fills ``request.userInfo.extra`` and runs the policies:
@@ -31,7 +31,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from tests import real_apiserver
+from harness import real_apiserver
 
 pytestmark = pytest.mark.xdist_group("real-apiserver")
 

@@ -1,6 +1,6 @@
 """The mutating admission policies (webhook/policies/mutating.py) proven on a real kube-apiserver 1.36.
 
-Skipped unless the tier has an apiserver (tests/real_apiserver.py) that serves MutatingAdmissionPolicy v1 (1.36 or
+Skipped unless the tier has an apiserver (harness/real_apiserver.py) that serves MutatingAdmissionPolicy v1 (1.36 or
 newer). The webhook configurations are installed and no replica answers (``failurePolicy: Ignore``). The
 equivalence: for a table of pods, the pod the apiserver stores with the generated policies bound equals the pod
 the webhook produces, i.e. the mutating chain run on the object the apiserver built (its defaults, LimitRanger's,
@@ -23,7 +23,7 @@ import jsonpatch
 import pytest
 import yaml
 
-from tests import real_apiserver
+from harness import real_apiserver
 from webhook.admission import chain
 from webhook.admission.review import request_from_dict
 from webhook.cli import webhook as webhook_cli

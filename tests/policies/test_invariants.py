@@ -501,8 +501,8 @@ def updates(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     return old, new
 
 
-# cel-python interprets the policy slowly (about 0.2 s a pod, twice that for an update whose old object has findings
-# to compare): modest counts keep the file near half a minute.
+# cel-python interprets the policy slowly, an update whose old object has findings to compare more so
+# (docs/benchmarks.md, "Figures behind the code's comments"): modest counts keep the file short.
 PROPERTY = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 UPDATES = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

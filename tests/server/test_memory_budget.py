@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.kernel import real_cgroup_root, v1_unavailable_reason
 from tests.conftest import load_fixture
-from tests.kernel import real_cgroup_root, v1_unavailable_reason
 from tests.server.test_serving_limits import REVIEW, big_review, head, read_response, tls
 from tests.serving import run_server
 from webhook.cluster.state import ClusterState

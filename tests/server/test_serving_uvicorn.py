@@ -32,7 +32,7 @@ import uvicorn.protocols.http.httptools_impl as httptools_impl
 import uvicorn.server
 from packaging.requirements import Requirement
 
-from bench.protocol_inprocess import Transport
+from harness.transport import Transport
 from webhook.server.serving import AdmissionServer, GuardedProtocol
 from webhook.tls.watch import WatchingServer
 
@@ -74,7 +74,7 @@ def _calls(cls: type, name: str, call: str) -> Callable[[], None]:
 
 
 # -- a real protocol, driven through part of a request ----------------------------------------------------------
-# The benchmark's in-memory transport: what the protocol writes is kept, nothing is sent.
+# The in-memory transport bench/protocol_inprocess.py uses too: what the protocol writes is kept, nothing is sent.
 _Transport = Transport
 
 

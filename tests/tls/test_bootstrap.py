@@ -23,7 +23,7 @@ import pytest
 import yaml
 from cryptography import x509
 
-from tests.apiserver import Received, ReplayAPIServer, Route, load_exchange
+from harness.apiserver import Received, ReplayAPIServer, Route, load_exchange
 from webhook.cli.webhook import main
 from webhook.tls.bootstrap import ApiCall, Target, api_calls
 from webhook.tls.certs import generate, service_names

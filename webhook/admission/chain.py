@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
+from threading import Lock, get_ident
 from time import perf_counter_ns
 from typing import Any, Protocol, TypeVar
 
@@ -31,7 +32,7 @@ from webhook.admission.rules.validating import (
 from webhook.cluster.state import ClusterState
 from webhook.core.resources import review_shape_error
 
-__all__ = ["MUTATING", "VALIDATING", "Settings", "mutate", "validate"]
+__all__ = ["MUTATING", "VALIDATING", "RuleTimes", "Settings", "mutate", "validate"]
 
 log = logging.getLogger(__name__)
 
@@ -57,11 +58,59 @@ VALIDATING: tuple[ValidatingRule, ...] = (batch_mixing, batch_units, koordinator
                                           quota_presence)
 CONTAINER_FIELDS = ("initContainers", "containers", "ephemeralContainers")
 MAX_PASSES = 3  # a rerun is asked for once per pod (a label set where none was); the bound is a guard
-# Each rule's time, per webhook type ("admit", "validate", the apiserver's names) and operation: rule -> [runs,
-# nanoseconds]. Plain ints added in place, read at scrape time (metrics.RuleTimes): a prometheus_client child would
-# cost a lock and a method per rule run. A run is one call of the rule: a rerun pass counts again.
-RULE_TIMES: dict[tuple[str, str], dict[str, list[int]]] = {}
 ADMIT, VALIDATE = "admit", "validate"
+
+
+class RuleTimes:
+    """Each rule's runs and time, per webhook type ("admit", "validate", the apiserver's names) and operation, for
+    the metrics (``Metrics.rule_times``, exported at scrape time). A run is one call of the rule: a rerun pass
+    counts again.
+
+    Plain ints added in place: a prometheus_client child would cost a lock and a method per rule run
+    (docs/benchmarks.md, "the per-rule time metric"). Rules run on the event loop's thread and on the large-review
+    worker's, so each thread adds to a tally of its own (``tally``), and ``totals`` sums them: no run is lost when
+    two threads time the same rule at once, and no lock is taken per run (only once per thread, on its first)."""
+
+    def __init__(self) -> None:
+        self._threads: dict[int, dict[tuple[str, str], dict[str, list[int]]]] = {}
+        self._lock = Lock()
+
+    def tally(self, kind: str, operation: str) -> dict[str, list[int]]:
+        """This thread's rule -> [runs, nanoseconds] for ``kind`` and ``operation``, to add to in place."""
+        mine = self._threads.get(get_ident())
+        if mine is None:
+            mine = self._own()
+        rules = mine.get((kind, operation))
+        if rules is None:
+            rules = mine[(kind, operation)] = {}
+        return rules
+
+    def _own(self) -> dict[tuple[str, str], dict[str, list[int]]]:
+        # A thread's first run. A thread that ended leaves its tally here, counted; a new thread given its
+        # identifier adds to it, alone as the old one was.
+        with self._lock:
+            return self._threads.setdefault(get_ident(), {})
+
+    def record(self, kind: str, operation: str, rule: str, nanoseconds: int) -> None:
+        """One run of ``rule``, as the chain adds it."""
+        rules = self.tally(kind, operation)
+        acc = rules.get(rule)
+        if acc is None:
+            rules[rule] = [1, nanoseconds]
+        else:
+            acc[0] += 1
+            acc[1] += nanoseconds
+
+    def totals(self) -> dict[tuple[str, str, str], tuple[int, int]]:
+        """(kind, operation, rule) -> (runs, nanoseconds) over every thread. Each dict is copied in one C call,
+        so one being added to meanwhile is never seen half-written."""
+        out: dict[tuple[str, str, str], tuple[int, int]] = {}
+        for tallies in list(self._threads.values()):
+            for (kind, operation), rules in list(tallies.items()):
+                for rule, (count, ns) in list(rules.items()):
+                    runs, total = out.get((kind, operation, rule), (0, 0))
+                    out[(kind, operation, rule)] = (runs + count, total + ns)
+        return out
 
 C = TypeVar("C", bound=_Context)
 
@@ -91,15 +140,12 @@ def _begin(rules: tuple[Any, ...], request: AdmissionRequest, settings: Settings
     return active, obj
 
 
-def _run(kind: str, steps: list[tuple[str, Callable[[C], Denial | None]]], ctx: C,
+def _run(kind: str, steps: list[tuple[str, Callable[[C], Denial | None]]], ctx: C, rule_times: RuleTimes | None,
          ops: list[dict[str, Any]] | None = None, patch_rules: dict[str, int] | None = None) -> Decision | None:
     """Run the rules in order; the first denial (or a rule that raised) ends the chain as a Decision.
     ``ops``/``patch_rules``: the patch being built, and where to count the ops each rule adds to it. Each rule's
-    time goes to ``RULE_TIMES`` under ``kind`` (admit, validate)."""
-    key = (kind, ctx.request.operation)
-    times = RULE_TIMES.get(key)
-    if times is None:
-        times = RULE_TIMES[key] = {}
+    time goes to ``rule_times`` under ``kind`` (admit, validate), when given."""
+    times = rule_times.tally(kind, ctx.request.operation) if rule_times is not None else {}
     # One clock read per rule (the end of one is the start of the next): a rule's time includes the few lookups
     # of this loop before it.
     start = perf_counter_ns()
@@ -155,7 +201,8 @@ def _rule_failed(name: str, exc: Exception, ctx: _Context) -> Decision:
 
 
 def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
-           explain: list[str] | None = None, rules: tuple[MutatingRule, ...] = MUTATING) -> Decision:
+           explain: list[str] | None = None, rules: tuple[MutatingRule, ...] = MUTATING,
+           rule_times: RuleTimes | None = None) -> Decision:
     begun = _begin(rules, request, settings, explain)
     if isinstance(begun, Decision):
         return begun
@@ -175,7 +222,7 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
     patch_rules: dict[str, int] = {}
     for n in range(1, MAX_PASSES + 1):
         earlier = dict(ctx.audit_annotations)
-        denial = _run(ADMIT, steps, ctx, patch.ops, patch_rules)
+        denial = _run(ADMIT, steps, ctx, rule_times, patch.ops, patch_rules)
         if denial is not None:
             return denial
         for key, value in earlier.items():  # a later pass adds to what a rule said before, never replaces it
@@ -198,14 +245,15 @@ def mutate(request: AdmissionRequest, state: ClusterState, settings: Settings,
 
 
 def validate(request: AdmissionRequest, state: ClusterState, settings: Settings,
-             explain: list[str] | None = None, rules: tuple[ValidatingRule, ...] = VALIDATING) -> Decision:
+             explain: list[str] | None = None, rules: tuple[ValidatingRule, ...] = VALIDATING,
+             rule_times: RuleTimes | None = None) -> Decision:
     begun = _begin(rules, request, settings, explain)
     if isinstance(begun, Decision):
         return begun
     active, obj = begun
     old_object: Any = request.oldObject
     ctx = ValidatingContext(request, state, settings, obj, old_object, explain)
-    denial = _run(VALIDATE, [(r.NAME, r.validate) for r in active], ctx)
+    denial = _run(VALIDATE, [(r.NAME, r.validate) for r in active], ctx, rule_times)
     # No patch here, by construction: a validating context has no patch builder.
     return denial or Decision(warnings=ctx.warnings, audit_annotations=ctx.audit_annotations)
 

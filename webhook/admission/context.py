@@ -22,8 +22,8 @@ from webhook.cluster.state import ClusterState
 from webhook.core.resources import ResourceList, resource_lists
 
 RuleErrorPolicy = Literal["allow", "deny"]
-# About 50 ms of rules at most on one core (bench/chain.py: ~35 µs a container); upstream sets no limit, and real
-# pods have a few dozen at the very most.
+# The rules' cost grows with the containers: the cap bounds a review's time on one core (docs/benchmarks.md,
+# "Figures behind the code's comments"); upstream sets no limit, and real pods have a few dozen at the very most.
 MAX_CONTAINERS = 1000
 MAX_PATCH_BYTES = 1024 * 1024  # the patch's JSON; the answer carries it in base64, a third more
 
@@ -54,7 +54,7 @@ def shorten_warning(text: str, limit: int | None = WARNING_LIMIT) -> str:
 
 
 # The contexts are plain classes, not dataclasses: mypyc compiles their __init__, where a dataclass's is generated
-# Python (0.93 -> 0.42 µs to make a MutatingContext; every review makes one).
+# Python, and every review makes one (docs/benchmarks.md, "The last per cent").
 class MutatingFacts:
     """What the mutating rules found out, for the rules after them (set in chain order)."""
 

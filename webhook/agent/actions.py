@@ -90,9 +90,9 @@ class KubeActions:
         self._warm()
 
     def _warm(self) -> None:
-        """The client checks arguments with validators it builds on a method's first call (4 ms for the
-        eviction): build them now, with arguments it refuses before any request, not when a node is short of
-        memory."""
+        """The client checks arguments with validators it builds on a method's first call (milliseconds for the
+        eviction: docs/benchmarks.md): build them now, with arguments it refuses before any request, not when a node
+        is short of memory."""
         for call, args in ((self.core.create_namespaced_pod_eviction, (None, None, None)),
                            (self.core.patch_node_status, (None, None))):
             with contextlib.suppress(Exception):  # the validation error is the point

@@ -33,6 +33,7 @@ from webhook.agent.domain.cgroup_limits import (
     parse_current,
     pod_limits,
 )
+from webhook.agent.domain.cpuset import CPUSET_FILE
 from webhook.agent.metrics import AgentMetrics
 from webhook.core.qos import is_be, is_terminal
 
@@ -49,6 +50,19 @@ _WHY = {
     errno.EPERM: "no permission to write cgroup files",
     errno.EROFS: "the cgroup filesystem is mounted read-only",
 }
+# cpuset.cpus is refused for its own reasons (cgroup v1: a child's CPUs within its parent's, a parent's holding its
+# children's; any version: CPUs that are not online).
+_WHY_CPUSET = {
+    errno.EACCES: "some CPUs are outside the parent folder's (cgroup v1), or no permission to write cgroup files",
+    errno.EBUSY: "a folder below still holds CPUs this value drops (cgroup v1)",
+    errno.EINVAL: "the kernel refused the CPUs (not online, or not a CPU list)",
+    errno.ENOSPC: "no CPU left for the folder's tasks",
+}
+
+
+def _why(file: str, exc: OSError) -> str:
+    code = exc.errno or 0
+    return (_WHY_CPUSET.get(code) if file == CPUSET_FILE else None) or _WHY.get(code, exc.strerror or "error")
 
 
 def _close_all(fds: dict[str, int]) -> None:
@@ -87,7 +101,7 @@ class CgroupFiles:
     agent wrote to one of them, and again at least every ``verify_seconds`` (spread over cycles), so a value
     changed behind the agent's back is put back within that time while a steady node costs few reads. The files
     read stay open while their pod is a BE pod on the node, and are read again with ``pread``: an open and a
-    close cost three times the read (14 µs against 3.5 µs on cgroup v1, caches cold).
+    close cost several times the read (docs/benchmarks.md, "Figures behind the code's comments").
     """
 
     def __init__(self, layout: Layout, metrics: AgentMetrics | None = None, page_size: int = PAGE_SIZE,
@@ -276,7 +290,7 @@ class CgroupFiles:
                 level = logging.DEBUG if self._refused.get((w.path, w.file)) == (w.value, name) else logging.WARNING
                 self._refused[(w.path, w.file)] = (w.value, name)
                 log.log(level, "cgroup write refused, retrying next cycle: %s/%s = %s: %s (%s)", w.path, w.file,
-                        w.value, name, _WHY.get(exc.errno or 0, exc.strerror or "error"))
+                        w.value, name, _why(w.file, exc))
                 if self.metrics is not None:
                     self.metrics.cgroup_refusals.labels(w.file, name).inc()
                 results.append(WriteResult(w, name))

@@ -82,7 +82,7 @@ def parse_meminfo(text: bytes, path: Path) -> tuple[int, int]:
 
 class ProcFile:
     """A /proc file kept open and read with ``pread``: opening it through ``pathlib`` costs several times the read
-    when caches are cold (180 µs against 20 µs for meminfo), and a notified cycle starts by reading meminfo."""
+    when caches are cold (docs/benchmarks.md), and a notified cycle starts by reading meminfo."""
 
     def __init__(self, path: Path, size: int) -> None:
         self.path = path
@@ -172,8 +172,8 @@ def open_read(path: str, size: int) -> tuple[int | None, bytes | None]:
 class PodFiles:
     """One pod's usage files, kept open between cycles and read with ``pread``, and what was read last.
 
-    Opening and closing a cgroup file costs several times its read (8 µs against 1 µs for
-    ``memory.usage_in_bytes`` on cgroup v1), and the agent reads two or three per pod every cycle. A file whose
+    Opening and closing a cgroup file costs several times its read (docs/benchmarks.md, "Figures behind the code's
+    comments"), and the agent reads two or three per pod every cycle. A file whose
     cgroup was removed reads ENODEV: it is reopened once; a pod that left the tree has its files closed.
     """
 
@@ -305,7 +305,7 @@ class Collector:
         self.proc_root = Path(proc_root)
         self.cgroup_root = Path(cgroup_root)
         self._prev_node: tuple[int, int] | None = None
-        # memory.stat is the costly read (a cgroup v1 kernel sums it over the hierarchy, 2 ms for 250 pods);
+        # memory.stat is the costly read (a cgroup v1 kernel sums it over the hierarchy);
         # the page cache it yields moves slowly, so each pod's is read again every ``stat_seconds`` only.
         self.stat_seconds = stat_seconds
         self._pods: dict[str, PodFiles] = {}     # uid -> the pod's files, for the pods of the last scan

@@ -225,7 +225,7 @@ class MemoryWatch:
         if self._memcg is not None and fd == self._memcg.eventfd:
             if not self._memcg.crossed_up():
                 return None
-            # The watermark is on meminfo's measure: check it (8 µs) before a full cycle. It can lag the
+            # The watermark is on meminfo's measure: check it (one cheap read) before a full cycle. It can lag the
             # cgroup's count (page cache growth; seen 140 MB behind during an allocation right after a large
             # free), so when it is still short the agent watches meminfo every 10 ms for a while and lets the
             # threshold fire again a little higher.

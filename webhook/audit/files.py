@@ -6,12 +6,11 @@ the audit's memory grow with the cluster. So a List's ``items`` are read one ite
 
 - JSON: the document is walked one value at a time over a buffer refilled from the file; an indented object
   (kubectl's layout) is cut at its closing line and decoded by orjson, anything else by the standard library's
-  ``json.JSONDecoder.raw_decode``. Hand-written because no parser we can depend on does it as fast: ijson
-  (yajl2_c) takes 71 µs for the recorded pod, ``raw_decode`` 32 µs, orjson on the cut-out text 15 µs, and
-  the audit of a pod costs about 150 µs.
+  ``json.JSONDecoder.raw_decode``. Hand-written because no parser we can depend on does it as fast (ijson
+  and ``raw_decode`` against orjson on the cut-out text: docs/benchmarks.md, "Figures behind the code's comments").
 - YAML: PyYAML's event stream (its C parser reads the file in blocks) is composed into nodes one top-level value
-  at a time, and each ``items`` entry is constructed on its own. YAML costs about 1.5 ms a pod to parse; for
-  large clusters, `-o json` is 40 times faster.
+  at a time, and each ``items`` entry is constructed on its own. YAML is much slower to parse than JSON; for
+  large clusters, use `-o json` (docs/audit.md).
 
 A document that is not a List is one object. Any other top-level value is an error naming the file and where.
 
@@ -50,8 +49,8 @@ _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 @functools.lru_cache(maxsize=16)
 def _closing_line(indentation: str) -> re.Pattern[str]:
-    """A line break, ``indentation`` and a closing brace (a regular expression finds it 4 times faster than
-    ``str.find`` among lines that all begin with the same spaces)."""
+    """A line break, ``indentation`` and a closing brace (a regular expression finds it faster than
+    ``str.find`` among lines that all begin with the same spaces: docs/benchmarks.md)."""
     return re.compile(re.escape(indentation + "}"))
 
 
@@ -227,7 +226,7 @@ class _Buffer:
     def _closing(self) -> int | None:
         """Where the object at ``pos`` ends if the file is indented, as kubectl's is: an object that opens a line
         closes on a line of the same indentation. No JSON string holds a raw line break, so that line is the
-        first such line after the opening, and orjson (twice as fast as ``raw_decode``) checks the rest: text
+        first such line after the opening, and orjson (faster than ``raw_decode``) checks the rest: text
         that parses whole from an opening brace is exactly that object."""
         buf, pos = self.buf, self.pos
         if buf[pos:pos + 1] != "{":

@@ -46,7 +46,7 @@ def audit(service: ReviewService, subject: Subject) -> Finding:
 
     if subject.pod is None:
         return finding(UNUSABLE, "no pod", subject.problem)
-    # one uid for every review: nothing is sent, and a fresh UUID a pod is 2 µs of 190
+    # one uid for every review: nothing is sent, and a fresh UUID a pod is a cost for nothing
     run = dry_run(service, pod_review(subject.pod, username="colocation-webhook-audit", uid="colocation-webhook-audit"))
     if run.problem:
         return finding(UNUSABLE, "unusable pod", run.problem)

@@ -42,8 +42,8 @@ from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMES
 from webhook.core.quantity import format_binary_si
 
 if TYPE_CHECKING:  # imported where used: `--help` and usage errors need none of them
-    from webhook.agent.agent import AgentOptions
     from webhook.agent.collectors import Collector
+    from webhook.agent.options import AgentOptions
     from webhook.cluster.sources import Source
 
 log = logging.getLogger("colocation-agent")
@@ -58,7 +58,7 @@ def _node_name(args: argparse.Namespace) -> str:
 
 
 def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool = False) -> AgentOptions:
-    from webhook.agent.agent import AgentOptions
+    from webhook.agent.options import AgentOptions
 
     try:
         thresholds = parse_thresholds(args.eviction_hard, args.eviction_soft, args.eviction_soft_grace_period,
@@ -75,7 +75,7 @@ def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool =
     except CapabilityError as exc:
         raise UsageError(f"--disable: {exc}") from None
     return AgentOptions(node, thresholds, transition, (args.config_namespace, args.config_name), dry_run, enforce,
-                        disabled)
+                        disabled, Path(args.sys_root))
 
 
 def _collector(args: argparse.Namespace) -> Collector:
@@ -150,13 +150,19 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(f"cgroup write {w['path']}/{w['file']} = {w['value']}")
     if not out["cgroupWrites"]:
         lines.append("cgroup writes: none")
+    cpu = out.get("cpuSuppress")
+    if cpu and cpu["policy"]:
+        cores = f", {cpu['cores']:g} cores" if cpu["cores"] is not None else ""
+        lines.append(f"cpu suppress: {cpu['policy']}{cores}"
+                     + (f", BE CPUs {cpu['beCPUs']}" if cpu["beCPUs"] else "")
+                     + (f" (cpuset cannot act: {cpu['fallback']})" if cpu["fallback"] else ""))
     for cap, why in out["capabilitiesOff"].items():
         lines.append(f"off: {cap} ({why})")
     return "\n".join(lines) + "\n"
 
 
 def once(args: argparse.Namespace) -> int:
-    from webhook.agent.agent import Agent
+    from webhook.agent.cycle import Agent
 
     setup_logging("text", logging.WARNING)
     node = _node_name(args)
@@ -180,7 +186,7 @@ def once(args: argparse.Namespace) -> int:
         if args.cpu_sample_seconds > 0:  # CPU is a rate: prime the counters, then measure
             collector.collect(time.monotonic())
             time.sleep(args.cpu_sample_seconds)
-        out = Agent(options, collector, state).cycle()
+        out = Agent(options, collector, state).cycle().as_dict()
     finally:
         if source is not None:
             source.stop()
@@ -206,7 +212,8 @@ def _raise_open_files_limit() -> None:
 
 def run(args: argparse.Namespace) -> int:
     from webhook.agent.actions import KubeActions
-    from webhook.agent.agent import Agent, run_loop
+    from webhook.agent.cycle import Agent
+    from webhook.agent.loop import run_loop
     from webhook.agent.metrics import AgentMetrics, Health, serve
     from webhook.agent.notify import MemoryWatch
 
@@ -285,6 +292,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--node-name", default=None, help="this node's name (default: $NODE_NAME)")
     p.add_argument("--proc-root", default="/proc", metavar="DIR", help="where /proc is mounted")
     p.add_argument("--cgroup-root", default="/sys/fs/cgroup", metavar="DIR", help="where the cgroup filesystem is")
+    p.add_argument("--sys-root", default="/sys", metavar="DIR",
+                   help="where sysfs is (the CPU topology, for cpuset suppression)")
     p.add_argument("--eviction-hard", metavar="SIGNAL<VALUE,...",
                    help="kubelet-style hard thresholds, e.g. memory.available<500Mi")
     p.add_argument("--eviction-soft", metavar="SIGNAL<VALUE,...",

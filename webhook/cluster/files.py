@@ -37,7 +37,7 @@ SUFFIXES = (".yaml", ".yml", ".json")
 _REWATCH_SECONDS = 5.0
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml")  # the names kustomize reads in a folder
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-YAML_LOADER: type[yaml.SafeLoader] = _LOADER  # the C parser where PyYAML has it: safe, 10 times as fast
+YAML_LOADER: type[yaml.SafeLoader] = _LOADER  # the C parser where PyYAML has it: safe, and far faster
 
 
 class StateFileError(ValueError):
@@ -271,7 +271,8 @@ def _load(folder: Path, locate: str | None = None, read: Iterable[str] = tuple(K
     """
     read = tuple(read)
     # The types of the webhook's kinds (a cluster has thousands of those objects) looked up before the parse; a
-    # node's pods and the node are few, and their types many (150 modules of the client, 7 MiB).
+    # node's pods and the node are few, and their types many (many modules of the client, memory for nothing:
+    # docs/benchmarks.md).
     prepare(k for k in read if k in WEBHOOK_KINDS)
     with collector_paused():
         frozen = pickle.dumps(_parse(folder, locate, read), protocol=pickle.HIGHEST_PROTOCOL)

@@ -10,7 +10,7 @@ What is decided (backoff, failure classes, which lines to log, staleness) is in 
 pure; this module is its edge.
 
 Responses are read raw (``_preload_content=False`` + orjson): building the client's model objects costs
-about 0.5 ms per pod and we only ever want dicts. Nothing here runs on the admission request path.
+more than the parse (docs/benchmarks.md) and we only ever want dicts. Nothing here runs on the admission request path.
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ def resource_path(kind: Kind, namespace: str | None) -> str:
 def _list_function(api: k8s.ApiClient, kind: Kind, namespace: str | None) -> Callable[..., urllib3.HTTPResponse]:
     """A raw list/watch call for a kind, through the official client's REST layer (its auth, TLS and pool).
 
-    Not the typed ``CoreV1Api`` methods: their classes validate every call with pydantic and cost about 11 MiB of
-    memory for the three methods used here (bench/state_memory.py), and the reflectors read the body raw anyway."""
+    Not the typed ``CoreV1Api`` methods: their classes validate every call with pydantic and cost memory for the
+    three methods used here (bench/state_memory.py; docs/benchmarks.md), and the reflectors read the body raw anyway."""
     path = resource_path(kind, namespace)
 
     def call(_request_timeout: tuple[float, float], **query: Any) -> urllib3.HTTPResponse:
@@ -529,9 +529,9 @@ class _Reflector:
                 continue
             body = orjson.loads(_read_all(resp))
             # Page by page, so that only one page of whole objects is held at a time. Pages of 100 (client-go
-            # lists 500): a page of whole objects weighs ~4x what is kept of it, and the memory a larger page
-            # spreads over stays resident after the sync (bench/state_memory.py: 10k namespaces, 500 -> 100 per
-            # page: 92.8 -> 87.9 MiB; 80 more requests to the apiserver, once at start).
+            # lists 500): a page of whole objects weighs several times what is kept of it, and the memory a
+            # larger page spreads over stays resident after the sync (bench/state_memory.py; docs/benchmarks.md,
+            # "Figures behind the code's comments"), for a few more requests to the apiserver, once at start.
             for o in body.get("items") or []:
                 if self._wanted(o):
                     obj, why = self._taken(o)

@@ -92,8 +92,8 @@ LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 _META_KEPT = ("name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp", "deletionTimestamp",
               "labels", "annotations", "ownerReferences")
 # The kinds the admission rules read (_KEPT below) are read by name, labels and annotations only; at 10 000
-# namespaces and 5 000 quotas their uid, resourceVersion, timestamps and generation would be 4 MiB of strings
-# nobody reads (the live source takes a watch's resourceVersion from the event, before this).
+# namespaces and 5 000 quotas their uid, resourceVersion, timestamps and generation would be MiBs of strings
+# nobody reads (docs/benchmarks.md; the live source takes a watch's resourceVersion from the event, before this).
 _META_KEPT_READ = ("name", "namespace", "labels", "annotations")
 # Per kind, the top-level fields worth holding: what the rules and the agent read (status: the quota's hard
 # list only, as its used counts change with every pod). Kinds not listed keep every top-level field.

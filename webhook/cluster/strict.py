@@ -40,7 +40,7 @@ def _schema(type_text: str) -> _Schema:
         return ("list", m.group(1))
     if m := _DICT.match(type_text):
         return ("dict", m.group(1))
-    import kubernetes.client as k8s_models  # ~0.3 s: only once a state is checked, not when a command starts
+    import kubernetes.client as k8s_models  # slow to import: only once a state is checked, not when a command starts
 
     model = getattr(k8s_models, type_text, None)
     types, names = getattr(model, "openapi_types", None), getattr(model, "attribute_map", None)

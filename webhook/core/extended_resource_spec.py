@@ -1,6 +1,7 @@
-"""The ``node.koordinator.sh/extended-resource-spec`` annotation (Koordinator's ``extended_resource_spec.go``,
-koordinator.md §2.6): the batch resources of each container of a pod, written by the webhook after the batch
-conversion and read by the node agent, which enforces them in the pod's cgroups.
+"""The ``node.koordinator.sh/extended-resource-spec`` annotation (Koordinator's
+``pkg/webhook/pod/mutating/extended_resource_spec.go``, ``apis/extension/resource.go``): the batch resources of each
+container of a pod, written by the webhook after the batch conversion and read by the node agent, which enforces
+them in the pod's cgroups.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 PREEMPT_LOWER = "PreemptLowerPriority"
 DEFAULT_PRIORITY_WHEN_NO_DEFAULT_CLASS = 0
 
-# The apiserver creates these at bootstrap; they always exist (kubernetes.md §1.4).
+# The apiserver creates these at bootstrap; they always exist (``pkg/apis/scheduling/v1/helpers.go``).
 SYSTEM_PRIORITY_CLASSES: dict[str, dict[str, Any]] = {
     "system-cluster-critical": {
         "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
@@ -23,7 +23,7 @@ SYSTEM_PRIORITY_CLASSES: dict[str, dict[str, Any]] = {
     },
 }
 
-# Koordinator priority bands (inclusive), koordinator.md §4.
+# Koordinator priority bands (inclusive), ``apis/extension/priority.go``.
 KOORD_PROD, KOORD_MID, KOORD_BATCH, KOORD_FREE, KOORD_NONE = (
     "koord-prod", "koord-mid", "koord-batch", "koord-free", "")
 BANDS: tuple[tuple[str, int, int], ...] = (
@@ -72,7 +72,9 @@ def default_priority_class(classes: Iterable[dict[str, Any]]) -> dict[str, Any] 
     return best
 
 
-@dataclass(slots=True)  # not frozen: a frozen one takes 0.5 µs more to make, and every review makes one
+# Not frozen: a frozen one costs more to make, and every review makes one (docs/benchmarks.md, "The review path
+# trimmed").
+@dataclass(slots=True)
 class PriorityResolution:
     """What the Priority plugin computes for a pod CREATE, or the Forbidden text it answers."""
 
@@ -87,7 +89,8 @@ def resolve_priority(
     lookup: Callable[[str], dict[str, Any] | None],
     default_class: dict[str, Any] | None,
 ) -> PriorityResolution:
-    """The in-tree Priority plugin's CREATE rules (kubernetes.md §1.2), error texts word for word."""
+    """The in-tree Priority plugin's CREATE rules (``plugin/pkg/admission/priority/admission.go``), error
+    texts word for word."""
     name = spec.get("priorityClassName") or ""
     if not name:
         if default_class is not None:

@@ -9,7 +9,8 @@ from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import CPU, MEMORY, pod_level
 
 QOS_LABEL = "koordinator.sh/qosClass"
-# Legacy ACK protocol: the annotation counts as the label (seed 003).
+# Legacy ACK protocol: the annotation counts as the label (docs/admission-rules-validating.md, the legacy
+# ack-slo-manager protocol).
 LEGACY_QOS_ANNOTATION = "alibabacloud.com/qosClass"
 KOORD_QOS_CLASSES = ("LSE", "LSR", "LS", "BE", "SYSTEM")
 
@@ -23,7 +24,7 @@ def koord_qos_class(pod: dict[str, Any]) -> str:
     return value if value in KOORD_QOS_CLASSES else ""
 
 
-# The QoS class Koordinator pairs with a priority band (koordinator.md §4: BE derives koord-batch,
+# The QoS class Koordinator pairs with a priority band (``apis/extension/priority_utils.go``: BE derives koord-batch,
 # and koord-batch pods with batch resources must be BE). koord-mid has no such pair: no QoS class
 # derives it and its resources need none.
 BAND_QOS_CLASS = {KOORD_BATCH: "BE"}

@@ -16,10 +16,8 @@ from collections.abc import Iterable
 
 # Bytes the server holds per byte of each large review in flight: the chunks and the joined body (2), and a margin.
 HELD = 3
-# Bytes taken per byte of the review being decoded: 8 reviews of 3.1 MB at once took 110-115 MiB above idle when a
-# forked child decoded them, about 50 of it held bodies, the rest the child decoding one 3.1 MB pod of 23 500
-# containers: about 19 a byte. Decoded in the server's worker thread the burst takes 45-55 MiB above idle: kept as
-# the margin.
+# Bytes taken per byte of the review being decoded, as bench/hostile_load.py measured it when a forked child decoded
+# (docs/benchmarks.md, "Figures behind the code's comments"); the worker thread takes less: kept as the margin.
 DECODED = 20
 SHARE = 0.75   # of the limit, the most a burst may bring the pod's usage to
 MIB = 1024 * 1024

@@ -2,17 +2,17 @@
 one worker thread of this process, with no other process involved.
 
 A 3 MiB review is a few hundred thousand Python objects. Decoded and answered on the event loop, it would stop
-/healthz and the small reviews for the whole of it; in a thread, the rules' Python code hands the GIL over
-whenever the loop asks, and the loop waits at most one C call that holds it: msgspec decoding the body (15-70 ms
-for 3 MB on a loaded core) or the decoded review freed. One thread, not a pool: the pod has one CPU, and a second
-would only hold a second decoded review in memory at the same time. When the last large review of a burst is
-answered, the memory it took is handed back (``_give_back``).
+/healthz and the small reviews for the whole of it; in a thread, the rules' Python code hands the GIL over whenever
+the loop asks, and the loop waits at most one C call that holds it: msgspec decoding the body or the decoded review
+freed (docs/benchmarks.md, "Issue 29: the house, side by side with the echo"). One thread, not a pool: the pod has
+one CPU, and a second would only hold a second decoded review in memory at the same time. When the last large review
+of a burst is answered, the memory it took is handed back (``_give_back``).
 
 This replaced a child process forked from this process for each burst. The process runs threads (the event
 loop's, the state's watches, this one), and a child forked from it may inherit a lock another thread held at that
 moment, held for good (Python 3.12 warns of it). Measured with bench/hostile_load.py at 10 000 namespaces under
-256Mi (docs/benchmarks.md), the thread peaks lower than the child did (45-49 % of the limit against 56-64 %: the
-child's copied pages counted against the pod too) and keeps 6-18 MiB more after a burst; /healthz and the small
+256Mi (docs/benchmarks.md, "Figures behind the code's comments"), the thread peaks lower than the child did (the
+child's copied pages counted against the pod too) and keeps a few MiB more after a burst; /healthz and the small
 reviews wait longer during one, the GIL being shared, still far inside the probes' and the apiserver's timeouts.
 """
 
@@ -65,8 +65,8 @@ class LargeReviews:
     def _give_back(self) -> None:
         # A full collection empties the interpreter's free lists (dicts, lists, tuples, floats): the last of the
         # review's objects freed wait there, one or two in each 1 MiB arena of the small-object allocator, and keep
-        # the arena from going back (three bursts of bench/hostile_load.py's reviews kept 17-19 arenas without it,
-        # 3-11 with it). It traces only what came after start-up (``gc.freeze``): 2-7 ms at 10 000 namespaces.
+        # the arena from going back (bench/hostile_load.py; docs/benchmarks.md, "Figures behind the code's
+        # comments"). It traces only what came after start-up (``gc.freeze``), so it stays short.
         gc.collect()
         if self._trim is not None:
             self._trim(0)

@@ -47,7 +47,8 @@ def error_body(status: int, message: str) -> bytes:
     return orjson.dumps({"error": message, "code": status})
 
 
-@dataclass(slots=True)  # not frozen: its __init__ would cost 0.5 µs more, and every review makes one
+# Not frozen: a frozen __init__ costs more, and every review makes one (docs/benchmarks.md, "The review path trimmed").
+@dataclass(slots=True)
 class Answer:
     """An HTTP status and JSON body; ``decision`` is the chain's answer when the body was a usable review."""
 
@@ -120,9 +121,9 @@ class ReviewService:
         """The chain's answer to a decoded review, encoded in its version, and the outcome the metrics count."""
         req = review.request
         if endpoint == "mutate":
-            decision = chain.mutate(req, self.state, self.settings, explain)
+            decision = chain.mutate(req, self.state, self.settings, explain, rule_times=self.metrics.rule_times)
         else:
-            decision = chain.validate(req, self.state, self.settings, explain)
+            decision = chain.validate(req, self.state, self.settings, explain, rule_times=self.metrics.rule_times)
         try:
             patch_json = orjson.dumps(decision.patch) if decision.patch else None
         except TypeError:  # orjson: a patch value nested deeper than 255 levels, or a huge integer

@@ -9,12 +9,12 @@ likes. ``GuardedProtocol`` is uvicorn's httptools protocol with Go's net/http li
 - ``read_timeout``: the whole request, body included, within this time of its first byte;
 - ``MAX_HEADER_BYTES`` of request line and headers (431 past it).
 
-A request over time gets 408 and the connection is closed (an idle one is closed without a word, as after
-uvicorn's keep-alive timeout); each counts in ``colocation_webhook_read_timeouts_total{phase}``. A connection keeps
-its deadline as a time; the server's tick (every 0.1 s) checks them all, so a deadline holds within 0.1 s and a
-request arms no loop timer (two a request, armed and cancelled, cost 1.75 µs; docs/benchmarks.md). After the
-listeners close, uvicorn's graceful shutdown closes a connection still sending headers at once, and gives one
-sending a body its ``graceful_shutdown_seconds``.
+A request over time gets 408 and the connection is closed (an idle one is closed without a word, as after uvicorn's
+keep-alive timeout); each counts in ``colocation_webhook_read_timeouts_total{phase}``. A connection keeps its
+deadline as a time; the server's tick (every 0.1 s) checks them all, so a deadline holds within 0.1 s and a request
+arms no loop timer (two a request, armed and cancelled, cost more than the header count does; docs/benchmarks.md,
+"Compiled"). After the listeners close, uvicorn's graceful shutdown closes a connection still sending headers at
+once, and gives one sending a body its ``graceful_shutdown_seconds``.
 
 While the server drains (``Lifecycle.draining``, from the first SIGTERM), every answer closes its connection
 (``Connection: close``): the apiserver's next review opens a new connection, which the updated Service routes
@@ -203,7 +203,8 @@ class GuardedProtocol(HttpToolsProtocol):
             self.scope["extensions"] = {"tls": self._tls}
 
     # The parser calls these once per header: the count is written out in each and uvicorn's method called as a
-    # function (no helper call, no super() object): 1 µs less a request; the protocol adds 2 µs to uvicorn's 14.
+    # function (no helper call, no super() object): the cheapest way per header (docs/benchmarks.md, "Figures
+    # behind the code's comments").
     def on_url(self, url: bytes) -> None:
         self._header_bytes += len(url)
         if self._header_bytes > MAX_HEADER_BYTES:
@@ -262,9 +263,9 @@ class GuardedProtocol(HttpToolsProtocol):
             self._arm(self.timeout_keep_alive, "kept")  # uvicorn's keep-alive timeout, as a deadline
 
     # -- the inline path ------------------------------------------------------------------------------
-    # A small review (a known Content-Length up to the gate's large_body_bytes) is answered here, from the
-    # parser's callbacks, through the review gate every path takes: no ASGI task, coroutine or message, no second
-    # write. Per review that is about a third of the rate (docs/benchmarks.md). Everything else (other paths,
+    # A small review (a known Content-Length up to the gate's large_body_bytes) is answered here, from the parser's
+    # callbacks, through the review gate every path takes: no ASGI task, coroutine or message, no second write,
+    # which is much of a small review's cost (docs/benchmarks.md, "The inline path"). Everything else (other paths,
     # large or chunked bodies, Expect: 100-continue, a request pipelined behind one still being answered, a
     # dispatcher wrapped in middleware) takes uvicorn's path to the ASGI app as before.
     def _take_inline(self, gate: ReviewGate) -> bool:

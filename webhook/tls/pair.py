@@ -1,7 +1,7 @@
 """A serving pair checked by OpenSSL through the ssl module alone: it parses, the key matches, it is in date.
 
 ``serve`` checks its pair at start and at every reload. Doing that with ``cryptography`` would load that library
-(9 MiB resident: as much as the cluster state of 10 000 namespaces) into a process that otherwise never needs it.
+(as much memory as a large cluster state: docs/benchmarks.md) into a process that otherwise never needs it.
 OpenSSL does each check here: loading the pair into a server context (parse, key match), then a handshake in
 memory with a client that trusts exactly that certificate (``VERIFY_X509_PARTIAL_CHAIN``), which checks its
 dates and hands back its decoded fields. Only when a check fails does the caller load ``cryptography``

@@ -1,4 +1,5 @@
-"""cpu/memory -> batch/mid extended resources (Koordinator's ``mutatePodResourceSpec``, koordinator.md §2.5).
+"""cpu/memory -> batch/mid extended resources (Koordinator's ``mutatePodResourceSpec``,
+``pkg/webhook/pod/mutating/cluster_colocation_profile.go``).
 
 A koord-batch pod asks for ``kubernetes.io/batch-cpu`` (whole milli-cores) and ``kubernetes.io/batch-memory``
 (whole bytes) instead of cpu and memory, a koord-mid pod for the mid resources; the native keys go. The

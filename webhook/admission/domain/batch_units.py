@@ -70,9 +70,9 @@ def unit_problems(lists: list[ResourceList]) -> list[str]:
             elif kind == "limits":
                 limits[(field, index, name)] = (raw, q)
     # A request may not exceed its limit. kubernetes.io/batch-* are prefixed native resources, which
-    # the apiserver lets a pod overcommit (request <= limit, upstream's text, kubernetes.md §5.3), and
-    # Koordinator's own conversion of a Burstable pod (500m/1 -> 500/1000) relies on it: demanding
-    # request == limit would deny the mutating chain's own output.
+    # the apiserver lets a pod overcommit (request <= limit, upstream's text: ``validateResourceRequirements`` in
+    # ``pkg/apis/core/validation/validation.go``), and Koordinator's own conversion of a Burstable pod
+    # (500m/1 -> 500/1000) relies on it: demanding request == limit would deny the mutating chain's own output.
     for (field, index, name), (raw, q) in requests.items():
         limit = limits.get((field, index, name))
         if limit is not None and q > limit[1]:

@@ -1,10 +1,11 @@
 """ClusterColocationProfile: compiling, matching, the probability draw and what one profile does to a pod.
 
-Semantics follow Koordinator (koordinator.md §1, §2.3, §2.4) with our deliberate deviations
-(reference README §4): matching fails closed (an unknown namespace or a bad selector, probability or
-field means no match, with a reason; so does a field whose output the apiserver would refuse on the pod),
-and ``probability: 50`` gives each pod a 50 % chance (Koordinator: 51 %), drawn once per pod so that every
-(re)invocation gets the same answer (``pod_draw``).
+Semantics follow Koordinator (``apis/config/v1alpha1/cluster_colocation_profile_types.go``,
+``pkg/webhook/pod/mutating/cluster_colocation_profile.go``) with our deliberate deviations
+(docs/admission-rules-mutating.md, "Where we differ from Koordinator on purpose"): matching fails closed (an unknown
+namespace or a bad selector, probability or field means no match, with a reason; so does a field whose output the
+apiserver would refuse on the pod), and ``probability: 50`` gives each pod a 50 % chance (Koordinator: 51 %), drawn
+once per pod so that every (re)invocation gets the same answer (``pod_draw``).
 
 Pure functions over plain dicts; a transformed pod shares every untouched subtree with its input.
 """
@@ -277,7 +278,7 @@ def _append_suffix(value: str, suffix: str, tail: str) -> str:
 
 def apply_profile(pod: dict[str, Any], p: Profile, lookup_class: Callable[[str], dict[str, Any] | None],
                   tail: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """The pod after one profile, in Koordinator's order (koordinator.md §2.4). Raises ApplyError."""
+    """The pod after one profile, in Koordinator's order (its ``doMutateByColocationProfile``). Raises ApplyError."""
     meta = as_object(pod.get("metadata"))
     labels = dict(meta.get("labels") or {})
     annotations = dict(meta.get("annotations") or {})

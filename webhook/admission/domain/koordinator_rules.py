@@ -1,4 +1,4 @@
-"""Koordinator's pod validating rules with its texts (koordinator.md §3.2/§3.3; pure, no I/O).
+"""Koordinator's pod validating rules with its texts (pure, no I/O).
 
 Mirrors ``pkg/webhook/pod/validating/cluster_colocation_profile.go``: the checks run in upstream's
 order and every error is collected; callers join them with ``fielderrors.aggregate``.

@@ -32,7 +32,7 @@ def pointer(path: Path) -> str:
             tokens.append(p)
         else:
             tokens.append(str(p))
-    return "/" + "/".join(tokens) if tokens else ""  # one join: a third less than a concatenation per token
+    return "/" + "/".join(tokens) if tokens else ""  # one join: cheaper than a concatenation per token
 
 
 def _differs(old: Any, new: Any) -> bool:

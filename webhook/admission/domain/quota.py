@@ -1,9 +1,10 @@
 """ResourceQuota's scopes and a pod's usage as its admission plugin reads them (pure, no I/O), shared by the
 quota-presence and quota-constraints rules (``quota_presence``, ``quota_constraints``) and ``--quota-config``.
 
-Follows the ResourceQuota admission plugin (``resourcequota/controller.go CheckRequest``, ``core/pods.go``): which
-scopes a pod falls under (``MatchingScopes``), which quotas track it (``generic.Matches``), what a pod uses, and a
-scope requirement's validation with core validation's texts.
+Follows the ResourceQuota admission plugin (``CheckRequest`` in
+``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go``,
+``pkg/quota/v1/evaluator/core/pods.go``): which scopes a pod falls under (``MatchingScopes``), which quotas track it
+(``generic.Matches``), what a pod uses, and a scope requirement's validation with core validation's texts.
 """
 
 from __future__ import annotations

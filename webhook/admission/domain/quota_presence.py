@@ -1,6 +1,7 @@
 """The quota-presence rule's check (pure, no I/O): a pod whose PriorityClass (or another limited scope) the
-apiserver's ResourceQuota plugin limits needs a quota that covers it, as ``resourcequota/controller.go
-CheckRequest`` decides (steps 2, 3, 4, 7 and 8), with upstream's error texts in Go ``%v`` formatting. The scopes
+apiserver's ResourceQuota plugin limits needs a quota that covers it, as ``CheckRequest`` decides
+(``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go``: the limited scopes and resources
+that no quota covers), with upstream's error texts in Go ``%v`` formatting. The scopes
 and the usage it reads are ``webhook.admission.domain.quota``'s.
 """
 
@@ -56,7 +57,8 @@ class Presence:
 
 def check_presence(pod: dict[str, Any], limited_resources: list[dict[str, Any]], quotas: list[dict[str, Any]],
                    group: str = "", resource: str = "pods") -> Presence:
-    """Steps 2, 3, 4, 7 and 8 of ``CheckRequest`` (kubernetes.md §2.4) for a pod CREATE.
+    """The covering-quota part of ``CheckRequest`` for a pod CREATE: the limited scopes and resources that no
+    quota covers.
 
     The constraint, status and usage checks are the apiserver's own plugin's job and stay there.
     """

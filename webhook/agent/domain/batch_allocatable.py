@@ -1,13 +1,13 @@
-"""Batch allocatable (seed 003): what BE pods may use, published as kubernetes.io/batch-cpu/-memory.
+"""Batch allocatable: what BE pods may use, published as kubernetes.io/batch-cpu/-memory (docs/agent.md).
 
     batch = allocatable × reclaimThresholdPercent/100 − Σ usage(non-BE pods) − system usage
 
 clamped at 0, with system usage = max(node used − Σ pod usage, 0) and usage averaged over
-metricAggregateDurationSeconds; memory policy ``request`` counts the non-BE pods' requests instead
-of their usage (README deviation 1). A BE pod's sandbox overhead (``spec.overhead``, native cpu/memory the
-scheduler charges to the node as for any pod) counts with the non-BE pods, by its value: the node lends to
-batch only what it has not already given natively. Exact arithmetic; results are rounded down to whole milli-cores
-and whole bytes, so the agent never publishes more than the formula allows.
+metricAggregateDurationSeconds; memory policy ``request`` counts the non-BE pods' requests instead of their usage
+(Koordinator's ``pkg/slo-controller/noderesource/plugins/batchresource/plugin.go``). A BE pod's sandbox overhead
+(``spec.overhead``, native cpu/memory the scheduler charges to the node as for any pod) counts with the non-BE pods,
+by its value: the node lends to batch only what it has not already given natively. Exact arithmetic; results are
+rounded down to whole milli-cores and whole bytes, so the agent never publishes more than the formula allows.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _one(label: str, short: str, allocatable: int, percent: int, hp: Fraction,
 def batch_allocatable(alloc_cpu_milli: int, alloc_memory: int, node_cpu_milli: float, node_memory: float,
                       pods: Iterable[PodLoad], cpu_percent: int, memory_percent: int,
                       memory_policy: str = "usage") -> BatchResult:
-    """The seed-003 formula for one node; a non-BE pod never measured counts its request, a BE pod its
+    """The formula above for one node; a non-BE pod never measured counts its request, a BE pod its
     sandbox overhead."""
     # Plain float/int sums on the hot path; exact arithmetic for the formula itself (``_one``).
     pod_cpu = pod_mem = 0.0

@@ -12,20 +12,18 @@ besteffort cgroup); a measured pod the agent has no object for counts as non-BE.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from webhook.agent.domain.cgroup_limits import UNLIMITED
+from webhook.agent.domain.cpuset import MAX_INCREASE_RATIO, cpuset_size, node_reservation
 from webhook.core.quantity import QuantityError, milli_value, parse_quantity
 from webhook.core.resources import CPU
 
 CFS_QUOTA_POLICY = "cfsQuota"
 BE_MIN_QUOTA = 2000                 # µs per period: koordlet's floor for the besteffort quota
 BYPASS_DELTA_RATIO = 0.01           # smaller moves than 1 % of the node's cores are not written
-MAX_INCREASE_RATIO = 0.1            # and the quota grows by at most 10 % of them per cycle
-NODE_RESERVATION = "node.koordinator.sh/reservation"
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,44 +79,21 @@ def _quantity_milli(raw: Any) -> int | None:
         return None
 
 
-def cpuset_size(text: str) -> int | None:
-    """How many CPUs a Linux cpuset list names (``0-3,8`` -> 5), None when malformed."""
-    count = 0
-    for part in text.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        lo, _, hi = part.partition("-")
-        try:
-            first, last = int(lo), int(hi) if hi else int(lo)
-        except ValueError:
-            return None
-        if last < first or first < 0:
-            return None
-        count += last - first + 1
-    return count
-
-
 def node_reserved_milli(node: Mapping[str, Any] | None) -> int:
     """max(kubelet reserved = capacity − allocatable, the ``node.koordinator.sh/reservation`` annotation)."""
     status = (node or {}).get("status") or {}
     capacity = _quantity_milli((status.get("capacity") or {}).get(CPU))
     allocatable = _quantity_milli((status.get("allocatable") or {}).get(CPU))
     kubelet = max(capacity - allocatable, 0) if capacity is not None and allocatable is not None else 0
-    raw = (((node or {}).get("metadata") or {}).get("annotations") or {}).get(NODE_RESERVATION)
+    doc = node_reservation(node)
     annotated = 0
-    if isinstance(raw, str):
-        try:
-            doc = json.loads(raw)
-        except ValueError:
-            doc = None
-        if isinstance(doc, dict):
-            cpus = doc.get("reservedCPUs")
-            size = cpuset_size(cpus) if isinstance(cpus, str) and cpus else None
-            if size is not None:
-                annotated = size * 1000
-            elif isinstance(doc.get("resources"), dict):
-                annotated = _quantity_milli(doc["resources"].get(CPU)) or 0
+    if doc is not None:
+        cpus = doc.get("reservedCPUs")
+        size = cpuset_size(cpus) if isinstance(cpus, str) and cpus else None
+        if size is not None:
+            annotated = size * 1000
+        elif isinstance(doc.get("resources"), dict):
+            annotated = _quantity_milli(doc["resources"].get(CPU)) or 0
     return max(kubelet, annotated)
 
 

@@ -3,7 +3,8 @@
 The thresholds engine (``thresholds.py``) says which memory thresholds act and how many bytes each
 needs freed; this module turns that into ordered victims: BE pods only, ranked, taken until their
 summed usage covers the amount, with the 4 s cooldown and the 2-minute "already evicted" memory as
-explicit inputs and outputs (koordinator.md §5.2, kubernetes.md §4.4).
+explicit inputs and outputs (koordlet's ``pkg/koordlet/qosmanager/plugins/memoryevict/memory_evict.go``, the
+kubelet's ranking in ``pkg/kubelet/eviction/helpers.go``).
 """
 
 from __future__ import annotations

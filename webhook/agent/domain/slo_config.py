@@ -1,6 +1,7 @@
 """The ``slo-controller-config`` ConfigMap: ``colocation-config`` and ``resource-threshold-config``.
 
-Field names and defaults follow seed 003 / seed 000 (koordinator.md §7, README deviation 1); per-node
+Field names follow Koordinator's ``apis/configuration/slo_controller_config.go`` and
+``apis/slo/v1alpha1/nodeslo_types.go``, defaults docs/agent.md ("Configuration: `slo-controller-config`"); per-node
 overrides (``nodeConfigs`` / ``nodeStrategies``) apply field by field, first matching nodeSelector wins.
 A config that does not parse or validate raises ``SloConfigError``; ``ConfigTracker`` keeps the last
 good one and reports each distinct problem once.

@@ -1,8 +1,8 @@
 """kubelet-style eviction thresholds: parsing (kubelet syntax and error texts) and the pass logic.
 
-Follows ``pkg/kubelet/eviction`` (kubernetes.md §4): LessThan is strict, percentages are float32,
-minimum reclaim is enforced while a threshold stays unresolved, soft thresholds wait for their
-grace period, and the pressure condition lingers for the transition period.
+Follows the kubelet's ``pkg/kubelet/eviction`` (``helpers.go``, ``eviction_manager.go``): LessThan is strict,
+percentages are float32, minimum reclaim is enforced while a threshold stays unresolved, soft thresholds wait for
+their grace period, and the pressure condition lingers for the transition period.
 
 One engine serves both programs' memory rules: the Koordinator percentage watermark is expressed
 as a hard ``memory.available`` threshold (met at equality) whose minimum reclaim reaches the lower

@@ -1,4 +1,5 @@
-"""Table tests: Koordinator's validating rules with its texts (koordinator.md §3.3), plus recorded reviews."""
+"""Table tests: Koordinator's validating rules with its texts (``pkg/webhook/pod/validating/cluster_colocation_profile.go``),
+plus recorded reviews."""
 
 from __future__ import annotations
 

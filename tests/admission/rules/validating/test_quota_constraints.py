@@ -1,5 +1,6 @@
 """quota-constraints: a pod that a matching ResourceQuota's constraints refuse is refused first, with the
-apiserver's text (kubernetes.md §2.4 step 4) and, for a batch pod, why and the ways out.
+apiserver's text (the pod evaluator's ``Constraints``, ``pkg/quota/v1/evaluator/core/pods.go``) and, for a batch
+pod, why and the ways out.
 
 The table covers each constrained resource, each scope and PriorityClass scope-selector operator, two quotas of
 which one matches, init containers, and the quotas that ask nothing of a container; the last test goes through

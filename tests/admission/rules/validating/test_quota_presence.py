@@ -1,4 +1,5 @@
-"""Table tests: PriorityClass quota presence (kubernetes.md §2.3-§2.5) and core.quota pieces."""
+"""Table tests: PriorityClass quota presence (``CheckRequest`` in the apiserver's
+``staging/src/k8s.io/apiserver/pkg/admission/plugin/resourcequota/controller.go``) and the quota pieces."""
 
 from __future__ import annotations
 
@@ -93,7 +94,7 @@ def test_same_scope_name_covers_whatever_operator() -> None:
     assert uncovered_scopes(limited, [scope("BestEffort", "Exists")]) == limited
 
 
-# -- pod usage names (§2.5) ---------------------------------------------------------------------
+# -- pod usage names (PodUsageFunc, pkg/quota/v1/evaluator/core/pods.go) ------------------------------------------
 
 def test_pod_usage_names() -> None:
     p = pod(containers=[container("a", {"cpu": "1", "memory": "1Gi", "example.com/gpu": "1",

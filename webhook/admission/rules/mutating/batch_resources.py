@@ -1,7 +1,8 @@
 """Batch resources: a koord-batch (5000-5999) pod asks for batch-cpu/batch-memory instead of cpu/memory,
-a koord-mid (7000-7999) pod for mid-cpu/mid-memory (koordinator.md §2.5), whether or not a profile
+a koord-mid (7000-7999) pod for mid-cpu/mid-memory (Koordinator's ``mutatePodResourceSpec``), whether or not a profile
 matched, unless a matched profile carries ``config.koordinator.sh/skip-update-resources``. Then the
-``node.koordinator.sh/extended-resource-spec`` annotation is written as Koordinator does (§2.6).
+``node.koordinator.sh/extended-resource-spec`` annotation is written as Koordinator does
+(``pkg/webhook/pod/mutating/extended_resource_spec.go``).
 
 Where we add to Koordinator: a pod holding a value that is no quantity is denied before anything
 is converted; a container whose value of the band's resources a conversion would overwrite with

@@ -1,4 +1,5 @@
-"""ClusterColocationProfiles (koordinator.md §2.3-2.4), failing closed (reference README §4).
+"""ClusterColocationProfiles (Koordinator's ``pkg/webhook/pod/mutating/cluster_colocation_profile.go``), failing
+closed (docs/admission-rules-mutating.md, "Where we differ from Koordinator on purpose").
 
 Every profile whose namespaceSelector, selector and probability match applies in name order, later
 ones winning; the result is re-matched until it no longer changes, so our own output comes back

@@ -1,4 +1,5 @@
-"""Priority resolution: the in-tree Priority plugin's CREATE rules (kubernetes.md §1.2).
+"""Priority resolution: the in-tree Priority plugin's CREATE rules
+(``plugin/pkg/admission/priority/admission.go``).
 
 ``priorityClassName`` becomes ``spec.priority`` and ``spec.preemptionPolicy``; no name means the
 globalDefault class (its name written into the pod); a mismatch is denied with upstream's text.

@@ -1,4 +1,4 @@
-"""Koordinator's pod validating rules, word for word (koordinator.md §3.2/§3.3, ``domain.koordinator_rules``).
+"""Koordinator's pod validating rules, word for word (``pkg/webhook/pod/validating/cluster_colocation_profile.go``).
 
 Batch resources need QoS BE; BE must not run as koord-prod or without a class; LSR must be
 koord-prod; LSR/LSE request whole cpus; on UPDATE the QoS class, the priority class and the

@@ -1,15 +1,14 @@
 """Quota constraints: refuse, with a way out, a pod that a ResourceQuota's constraints would refuse next.
 
 A quota on cpu, memory, ``requests.*`` or ``limits.*`` whose scopes match the pod makes every container and init
-container name that resource (the pod evaluator's ``Constraints``; kubernetes.md §2.4 step 4). A pod the batch
-conversion moved to ``kubernetes.io/batch-cpu``/``batch-memory`` names none of them, and the apiserver refuses it
-after the webhooks with ``failed quota: compute: must specify limits.cpu ...``, naming resources the user did
-write (Koordinator issues 1676, 2385). The scopes are read on the pod as it is now: converted, it has no cpu or
+container name that resource (the pod evaluator's ``Constraints``, ``pkg/quota/v1/evaluator/core/pods.go``). A pod
+the batch conversion moved to ``kubernetes.io/batch-cpu``/``batch-memory`` names none of them, and the apiserver
+refuses it after the webhooks with ``failed quota: compute: must specify limits.cpu ...``, naming resources the user
+did write (Koordinator issues 1676, 2385). The scopes are read on the pod as it is now: converted, it has no cpu or
 memory, so it is BestEffort and ``NotBestEffort`` quotas do not match it; a PriorityClass scope sees the class a
-profile set. The denial carries the apiserver's own text, and where the pod holds batch resources, why and the
-ways out that work (a quota on ``requests.kubernetes.io/batch-cpu`` is none: the evaluator charges no
-``kubernetes.io/`` resource). The apiserver would refuse every other such pod with that same text; this rule says
-it first.
+profile set. The denial carries the apiserver's own text, and where the pod holds batch resources, why and the ways
+out that work (a quota on ``requests.kubernetes.io/batch-cpu`` is none: the evaluator charges no ``kubernetes.io/``
+resource). The apiserver would refuse every other such pod with that same text; this rule says it first.
 """
 
 from __future__ import annotations

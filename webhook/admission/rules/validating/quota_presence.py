@@ -3,7 +3,8 @@
 With ``--quota-config``, a pod that falls under a configured ``matchScopes`` entry needs a quota in
 its namespace with a scope of that name that matches it, and every usage name caught by
 ``matchContains`` needs a quota tracking it (``core.quota.check_presence``). Denied with 403 and
-upstream's text (upstream answers the scope case with 500; reference README deviation 5).
+upstream's text (upstream answers the scope case with 500; docs/admission-rules-validating.md, "PriorityClass quota
+presence").
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""The node condition ``BEMemoryPressure``: True while a memory threshold is met, False when none is; the
+agent's own condition, patched into the node status when it changes."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from webhook.agent.actions import KubeActions
+from webhook.agent.capabilities.shared import Shared
+from webhook.agent.coexistence import Coexistence
+from webhook.agent.domain.coexistence import Capability
+from webhook.agent.metrics import AgentMetrics
+from webhook.agent.options import AgentOptions
+from webhook.agent.report import Condition
+
+log = logging.getLogger("colocation-agent")
+PRESSURE_CONDITION = "BEMemoryPressure"
+PRESSURE_REASON, NO_PRESSURE_REASON = "BEMemoryThresholdMet", "BEMemoryThresholdNotMet"
+# Both eviction capabilities off: the agent handles no memory pressure, so it claims neither True nor False. It
+# adds no condition to a node without one, and turns one an earlier run left into Unknown (a stale False would
+# say pressure is watched, a stale True would hold forever).
+EVICTION_DISABLED_REASON = "EvictionDisabled"
+
+
+def _wall() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeCondition(Shared):
+    def __init__(self, options: AgentOptions, coexistence: Coexistence, actions: KubeActions | None,
+                 metrics: AgentMetrics) -> None:
+        super().__init__(options, coexistence, actions, metrics)
+        self.last_status: str | None = None      # the status the agent last set
+
+    def decide(self, pressure: bool, observed: Sequence[str]) -> Condition:
+        """The condition for ``pressure`` (``observed``: the thresholds met, described)."""
+        self.metrics.pressure.labels(self.options.node_name).set(1 if pressure else 0)
+        on = self.coexistence.on
+        if not (on(Capability.MEMORY_EVICTION) or on(Capability.KUBELET_EVICTION)):
+            return Condition(PRESSURE_CONDITION, "Unknown", EVICTION_DISABLED_REASON,
+                             f"{Capability.MEMORY_EVICTION} and {Capability.KUBELET_EVICTION} are disabled: the "
+                             "agent handles no BE memory pressure")
+        if pressure:
+            message = ("memory threshold met: " + ", ".join(observed) if observed else
+                       f"memory threshold met within the last {self.options.transition_period:g}s transition period")
+            return Condition(PRESSURE_CONDITION, "True", PRESSURE_REASON, message)
+        return Condition(PRESSURE_CONDITION, "False", NO_PRESSURE_REASON, "no memory threshold met")
+
+    def act(self, node: dict[str, Any] | None, cond: Condition) -> None:
+        """Patch ``cond`` into the node status when it differs from the one there (or the one last set)."""
+        if node is None or not self.writes_node(node):
+            return
+        on_node = next((c for c in ((node.get("status") or {}).get("conditions") or [])
+                        if c.get("type") == PRESSURE_CONDITION), None)
+        known = self.last_status if self.last_status is not None else (on_node or {}).get("status")
+        if known == cond.status or (known is None and cond.reason == EVICTION_DISABLED_REASON):
+            return
+        stamp = _wall()
+        body = {"status": {"conditions": [{**cond.as_dict(), "lastHeartbeatTime": stamp,
+                                           "lastTransitionTime": stamp}]}}
+        if self.options.dry_run:
+            log.info("dry-run: would set node condition %s=%s (%s)", PRESSURE_CONDITION, cond.status,
+                     cond.message)
+            self.last_status = cond.status
+        elif self.actions is not None and self.actions.patch_node_status(body):
+            self.last_status = cond.status

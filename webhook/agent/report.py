@@ -1,0 +1,88 @@
+"""What one cycle measured, decided and did: the document ``colocation-agent once`` prints (``as_dict``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from webhook.agent.domain.cgroup_limits import CgroupWrite
+from webhook.core.resources import BATCH_RESOURCES
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryReport:
+    capacity_bytes: int
+    used_bytes: int
+
+    @property
+    def usage_percent(self) -> float:
+        return round(self.used_bytes * 100 / self.capacity_bytes, 2) if self.capacity_bytes else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"capacityBytes": self.capacity_bytes, "usedBytes": self.used_bytes,
+                "usagePercent": self.usage_percent}
+
+
+@dataclass(frozen=True, slots=True)
+class EvictionReport:
+    namespace: str
+    name: str
+    uid: str
+    priority: int | None
+    usage_bytes: int
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"namespace": self.namespace, "name": self.name, "uid": self.uid, "priority": self.priority,
+                "usageBytes": self.usage_bytes, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Condition:
+    """A node condition as the agent sets it (``status``: True, False or Unknown)."""
+
+    type: str
+    status: str
+    reason: str
+    message: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"type": self.type, "status": self.status, "reason": self.reason, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class SuppressReport:
+    """BE CPU suppression this cycle: the policy in force (None: off), the CPUs BE pods may use (their cpuset, as
+    the agent last read or wrote it), the cores they may use under the policy, and why cfsQuota stands in for
+    cpuset (None when it does not)."""
+
+    policy: str | None
+    cpus: str | None
+    cores: float | None
+    fallback: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"policy": self.policy, "beCPUs": self.cpus, "cores": self.cores, "fallback": self.fallback}
+
+
+@dataclass(slots=True)
+class CycleReport:
+    node: str
+    memory: MemoryReport | None = None            # None when node memory could not be measured
+    release_target_bytes: int = 0                 # the most memory a threshold asks to release
+    evictions: list[EvictionReport] = field(default_factory=list)
+    batch: dict[str, int] = field(default_factory=lambda: {name: 0 for name in BATCH_RESOURCES})
+    batch_reason: str | None = None               # why a batch value is 0
+    conditions: list[Condition] = field(default_factory=list)
+    cgroup_writes: list[CgroupWrite] = field(default_factory=list)
+    capabilities_off: dict[str, str] = field(default_factory=dict)   # capability -> why it does not run
+    cpu_suppress: SuppressReport | None = None    # None: the capability did not run (off, or nothing measured)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"node": self.node, "memory": None if self.memory is None else self.memory.as_dict(),
+                "releaseTargetBytes": self.release_target_bytes,
+                "evictions": [e.as_dict() for e in self.evictions], "batch": dict(self.batch),
+                "batchReason": self.batch_reason, "conditions": [c.as_dict() for c in self.conditions],
+                "cgroupWrites": [w.as_dict() for w in self.cgroup_writes],
+                "cpuSuppress": None if self.cpu_suppress is None else self.cpu_suppress.as_dict(),
+                "capabilitiesOff": dict(self.capabilities_off)}
