@@ -35,12 +35,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.domain.batch_resources import LIMIT_RANGER, TARGETS
+from webhook.admission.domain.batch_resources import LIMIT_RANGER, LIMIT_RANGER_PREFIX, TARGETS
 from webhook.admission.domain.colocation_profile import Profile, compile_profile
-from webhook.core.extended_resource_spec import EXTENDED_RESOURCE_SPEC
+from webhook.core.extended_resource_spec import EXTENDED_RESOURCE_SPEC, SPEC_RESOURCES
 from webhook.core.priority import BANDS, SUB_PRIORITY_LABEL, band_of
 from webhook.core.qos import BAND_QOS_CLASS, LEGACY_QOS_ANNOTATION, QOS_LABEL
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, CPU, LEGACY_BATCH, MEMORY
+from webhook.core.resources import CPU, LEGACY_BATCH, MEMORY
 from webhook.policies.invariants import EXCLUDED_NAMESPACES, lit, lits
 from webhook.policies.profiles import selector_cel
 
@@ -62,9 +62,6 @@ DIGEST_ANNOTATION = "colocation.koordinator.sh/profile-digest"
 # Where the conversion looks (``resources.iter_containers``): init containers (sidecars included), containers.
 _FIELDS = ("initContainers", "containers")
 _CONVERSIONS = ((CPU, 0), (MEMORY, 1))  # native name, index of its target in TARGETS[band]
-_LIMIT_RANGER_PREFIX = "LimitRanger plugin set: "
-# The resources the extended-resource-spec annotation carries (``extended_resource_spec``: batch only).
-_SPEC_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
 
 
 def pointer(*parts: str) -> str:
@@ -190,8 +187,8 @@ _LIMIT_RANGER_VARIABLE = {
     "name": "limitRanger",
     # What LimitRanger says it set, one part per container and kind (``limit_ranger_defaults``).
     "expression": (f"has(object.metadata.annotations) && {lit(LIMIT_RANGER)} in object.metadata.annotations && "
-                   f"object.metadata.annotations[{lit(LIMIT_RANGER)}].startsWith({lit(_LIMIT_RANGER_PREFIX)}) ? "
-                   f"object.metadata.annotations[{lit(LIMIT_RANGER)}].substring({len(_LIMIT_RANGER_PREFIX)})"
+                   f"object.metadata.annotations[{lit(LIMIT_RANGER)}].startsWith({lit(LIMIT_RANGER_PREFIX)}) ? "
+                   f"object.metadata.annotations[{lit(LIMIT_RANGER)}].substring({len(LIMIT_RANGER_PREFIX)})"
                    ".split('; ') : []")}
 
 
@@ -331,17 +328,17 @@ def extended_resource_spec_mutation() -> list[dict[str, Any]]:
         for kind in kinds:
             values = f"{c}.resources.{kind}"
             pairs = " + ".join(f"({lit(n)} in {values} ? [{_json_string(lit(n))} + ':' + "
-                               f"{_json_string(f'{values}[{lit(n)}]')}] : [])" for n in sorted(_SPEC_RESOURCES))
-            some = " || ".join(f"{lit(n)} in {values}" for n in _SPEC_RESOURCES)
+                               f"{_json_string(f'{values}[{lit(n)}]')}] : [])" for n in sorted(SPEC_RESOURCES))
+            some = " || ".join(f"{lit(n)} in {values}" for n in SPEC_RESOURCES)
             parts.append(f"(has({values}) && ({some}) ? [{_json_string(lit(kind))} + ':{{' + ({pairs}).join(',') "
                          "+ '}'] : [])")
         return f"({' + '.join(parts)}).join(',')"
 
     asks = " || ".join(f"(has(c.resources.{k}) && {lit(n)} in c.resources.{k})" for k in kinds
-                       for n in _SPEC_RESOURCES)
+                       for n in SPEC_RESOURCES)
     variables = [
         {"name": "named", "expression": f"{cs}.filter(c, has(c.resources) && ({asks})).map(c, c.name)"},
-        # Container names in Go's order (no sort in the CEL of 1.30..1.36): a name's rank is how many come before.
+        # Container names in Go's order, without a sort function: a name's rank is how many come before it.
         {"name": "sorted", "expression": "lists.range(size(variables.named)).map(r, variables.named.filter(n, "
                                          "variables.named.filter(m, m < n).size() == r)[0])"},
         {"name": "text", "expression": (
