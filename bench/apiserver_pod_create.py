@@ -74,7 +74,8 @@ MAP = "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicies"
 MAPB = "/apis/admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings"
 PATHS = {"ValidatingAdmissionPolicy": VAP, "ValidatingAdmissionPolicyBinding": VAPB, "MutatingAdmissionPolicy": MAP,
          "MutatingAdmissionPolicyBinding": MAPB}
-# The apiserver's limit on one CEL expression (k8s.io/apiserver/pkg/cel/limits.go, in code points).
+# The apiserver's limit on one CEL expression, in code points (it refuses a longer one: "expression code point size
+# exceeds limit").
 EXPRESSION_LIMIT = 100_000
 
 

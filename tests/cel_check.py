@@ -64,7 +64,7 @@ What it cannot enforce, and why:
   the evaluation's business (an evaluation error, then ``failurePolicy``).
 - MutatingAdmissionPolicy (``admissionregistration.k8s.io/v1`` from 1.36, so never on a 1.30 apiserver): its
   expressions are checked in the 1.30 environment above plus what a 1.36 apiserver offers and the project's
-  policies use: cel-go's lists extension (``lists.range``, ``slice``, ``flatten``), the ``JSONPatch`` type
+  policies use: cel-go's lists extension (``lists.range``, ``flatten``), the ``JSONPatch`` type
   (``op``, ``path``, ``from`` strings, a ``value`` of any type) and ``jsonpatch.escapeKey``. A JSONPatch mutation
   must evaluate to ``list(JSONPatch)``. An ApplyConfiguration mutation is refused here: its ``Object{...}`` types
   come from the schema of the object at run time and are not declared. The rest of 1.31..1.36 (two-variable
@@ -216,14 +216,14 @@ DECLARATIONS: tuple[Decl, ...] = (
     # cel-go's ordering operators with CrossTypeNumericComparisons (1.28): they replace cel-cpp's own.
     *_ORDERING,
 )
-# What a 1.36 apiserver adds for a MutatingAdmissionPolicy, as far as this project's policies use it: cel-go's lists
-# extension (ext/lists.go: ``lists.range`` and ``slice`` from version 1, ``flatten``; in the base environment from
-# 1.34) and the JSONPatch type (library/jsonpatch.go, ``JSONPatch`` below) with ``jsonpatch.escapeKey``.
+# What a 1.36 apiserver adds for a MutatingAdmissionPolicy, as far as this project's policies use it (a v1.36.2
+# apiserver compiled each): cel-go's lists extension (ext/lists.go, ``lists.range`` and ``flatten``; in the base
+# environment from 1.34) and the JSONPatch type (library/jsonpatch.go, ``JSONPatch`` below) with
+# ``jsonpatch.escapeKey``.
 LISTS_EXT = "github.com/google/cel-go/ext/lists.go"
 JSONPATCH = "k8s.io/apiserver/pkg/cel/library/jsonpatch.go"
 MUTATING_DECLARATIONS: tuple[Decl, ...] = (
     _global("lists.range", "lists_range", ["int"], "list(int)", LISTS_EXT),
-    _member("slice", "list_slice", ["list(~T)", "int", "int"], "list(~T)", LISTS_EXT),
     _member("flatten", "list_flatten", ["list(list(~T))"], "list(~T)", LISTS_EXT),
     _global("jsonpatch.escapeKey", "string_jsonpatch_escapekey_string", ["string"], "string", JSONPATCH),
 )
@@ -727,7 +727,7 @@ def compile_expression(expression: str, scope: Scope = Scope()) -> Result:
 
 
 BOOL, STRING = ("bool",), ("string",)
-# What a JSONPatch mutation must evaluate to (library/jsonpatch.go, mutation/patch/json_patch.go).
+# What a JSONPatch mutation must evaluate to (k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch/json_patch.go).
 JSON_PATCHES = ("list(JSONPatch)",)
 
 
