@@ -188,6 +188,8 @@ TABLE: list[tuple[str, dict[str, Any], str]] = [
     ("band: LimitRange defaults, init container", _pod([_c("app", CPU)], klass=BATCH, init=[_c("setup")]), "lr"),
     ("plain: LimitRange defaults", _pod([_c("app")]), "lr"),
     ("plain: LS pod", _pod([_c("app", CPU, LIMITS)], labels={"app": "web"}), ""),
+    ("plain: pod-level resources", _pod([_c("a", CPU), _c("b", {"cpu": "250m"})], resources={
+        "requests": {"cpu": "1", "memory": "512Mi"}, "limits": {"cpu": "2", "memory": "1Gi"}}), ""),
     ("plain: koord-prod", _pod([_c("app", CPU)], klass="koord-prod"), ""),
     ("plain: batch resources at koord-free", _pod([_c("app", B, B)], klass="koord-free",
                                                   labels={"koordinator.sh/qosClass": "BE"}), ""),
