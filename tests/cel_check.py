@@ -62,8 +62,14 @@ What it cannot enforce, and why:
   refused here with a message saying so; upstream accepts it (it is always true).
 - Cost: nothing to check at write time (validation.go estimates no cost for a policy); the runtime budget is
   the evaluation's business (an evaluation error, then ``failurePolicy``).
-- MutatingAdmissionPolicy: its ``matchConditions`` and ``variables`` are checked; its ``mutations`` are not (they
-  build objects of types resolved at run time, ``Object{...}``/``JSONPatch{...}``, that cannot be declared here).
+- MutatingAdmissionPolicy (``admissionregistration.k8s.io/v1`` from 1.36, so never on a 1.30 apiserver): its
+  expressions are checked in the 1.30 environment above plus what a 1.36 apiserver offers and the project's
+  policies use: cel-go's lists extension (``lists.range``, ``flatten``), the ``JSONPatch`` type
+  (``op``, ``path``, ``from`` strings, a ``value`` of any type) and ``jsonpatch.escapeKey``. A JSONPatch mutation
+  must evaluate to ``list(JSONPatch)``. An ApplyConfiguration mutation is refused here: its ``Object{...}`` types
+  come from the schema of the object at run time and are not declared. The rest of 1.31..1.36 (two-variable
+  comprehensions, Format, IP/CIDR, Semver, the newer lists functions) stays undeclared: refused, as a policy
+  should not need it.
 """
 
 from __future__ import annotations
@@ -210,6 +216,17 @@ DECLARATIONS: tuple[Decl, ...] = (
     # cel-go's ordering operators with CrossTypeNumericComparisons (1.28): they replace cel-cpp's own.
     *_ORDERING,
 )
+# What a 1.36 apiserver adds for a MutatingAdmissionPolicy, as far as this project's policies use it (a v1.36.2
+# apiserver compiled each): cel-go's lists extension (ext/lists.go, ``lists.range`` and ``flatten``; in the base
+# environment from 1.34) and the JSONPatch type (library/jsonpatch.go, ``JSONPatch`` below) with
+# ``jsonpatch.escapeKey``.
+LISTS_EXT = "github.com/google/cel-go/ext/lists.go"
+JSONPATCH = "k8s.io/apiserver/pkg/cel/library/jsonpatch.go"
+MUTATING_DECLARATIONS: tuple[Decl, ...] = (
+    _global("lists.range", "lists_range", ["int"], "list(int)", LISTS_EXT),
+    _member("flatten", "list_flatten", ["list(list(~T))"], "list(~T)", LISTS_EXT),
+    _global("jsonpatch.escapeKey", "string_jsonpatch_escapekey_string", ["string"], "string", JSONPATCH),
+)
 # cel-go's optional library (cel.OptionalTypes, 1.28), at version 1: cel-go v0.17, which a 1.30 apiserver is built
 # with, has optional.of/ofNonZeroValue/none, hasValue, value, or, orValue, optMap, optFlatMap (not first/last).
 OPTIONAL_VERSION = 1
@@ -294,8 +311,9 @@ def _set_field_type(field: Any, spec: str) -> None:
 
 
 @functools.cache
-def _descriptor_pool() -> Any:
-    """The ``kubernetes.*`` messages (cel-expr-python takes struct types only from a protobuf descriptor pool)."""
+def _descriptor_pool(mutating: bool = False) -> Any:
+    """The ``kubernetes.*`` messages (cel-expr-python takes struct types only from a protobuf descriptor pool);
+    ``mutating``: also ``JSONPatch`` (op, path, from, and a value of any type)."""
     fd = descriptor_pb2.FileDescriptorProto(name="kubernetes/admission_cel.proto", package="kubernetes",
                                             syntax="proto3")
     fd.dependency.extend(["google/protobuf/struct.proto", "google/protobuf/timestamp.proto"])
@@ -320,12 +338,20 @@ def _descriptor_pool() -> Any:
     pool.AddSerializedFile(struct_pb2.DESCRIPTOR.serialized_pb)
     pool.AddSerializedFile(timestamp_pb2.DESCRIPTOR.serialized_pb)
     pool.Add(fd)
+    if mutating:
+        patch = descriptor_pb2.FileDescriptorProto(name="kubernetes/jsonpatch_cel.proto", syntax="proto3")
+        patch.dependency.append("google/protobuf/struct.proto")
+        message = patch.message_type.add(name="JSONPatch")
+        for number, name in enumerate(("op", "path", "from", "value"), start=1):
+            _set_field_type(message.field.add(name=name, number=number, label=_F.LABEL_OPTIONAL),
+                            "dyn" if name == "value" else "string")
+        pool.Add(patch)
     return pool
 
 
 @functools.cache
-def _env_config() -> Any:
-    return cel.NewEnvConfigFromYaml(env_config_yaml())
+def _env_config(mutating: bool = False) -> Any:
+    return cel.NewEnvConfigFromYaml(env_config_yaml(DECLARATIONS + (MUTATING_DECLARATIONS if mutating else ())))
 
 
 @dataclass(frozen=True)
@@ -336,6 +362,7 @@ class Scope:
     params: bool = False
     authorizer: bool = True
     variables: tuple[tuple[str, str], ...] | None = None
+    mutating: bool = False  # a MutatingAdmissionPolicy's: the 1.36 additions above
 
 
 _PRIMITIVES = {"int": T.INT, "uint": T.UINT, "double": T.DOUBLE, "bool": T.BOOL, "string": T.STRING,
@@ -374,7 +401,8 @@ def _env(scope: Scope) -> Any:
     # ``variables.NAME`` as qualified names: the exact compiled types (a protobuf message could not hold them).
     for name, spec in scope.variables or ():
         variables["variables." + name] = _cel_type(spec)
-    return cel.NewEnv(descriptor_pool=_descriptor_pool(), config=_env_config(), variables=variables,
+    return cel.NewEnv(descriptor_pool=_descriptor_pool(scope.mutating), config=_env_config(scope.mutating),
+                      variables=variables,
                       extensions=[ext_optional.ExtOptional(OPTIONAL_VERSION)])
 
 
@@ -699,6 +727,8 @@ def compile_expression(expression: str, scope: Scope = Scope()) -> Result:
 
 
 BOOL, STRING = ("bool",), ("string",)
+# What a JSONPatch mutation must evaluate to (k8s.io/apiserver/pkg/admission/plugin/policy/mutating/patch/json_patch.go).
+JSON_PATCHES = ("list(JSONPatch)",)
 
 
 def _problem_text(result: Result, expected: tuple[str, ...] | None) -> str | None:
@@ -712,12 +742,13 @@ def _problem_text(result: Result, expected: tuple[str, ...] | None) -> str | Non
 
 def check_policy(policy: Mapping[str, Any]) -> list[str]:
     """Every problem of an admission policy's CEL, each as ``KIND NAME: FIELD: MESSAGE``. Empty: the policy's
-    expressions compile as a 1.30 apiserver compiles a new policy (see the module's docstring for what that
-    covers)."""
+    expressions compile as a 1.30 apiserver compiles a new ValidatingAdmissionPolicy, or a 1.36 one a new
+    MutatingAdmissionPolicy (see the module's docstring for what that covers)."""
     kind = policy.get("kind", "ValidatingAdmissionPolicy")
     name = (policy.get("metadata") or {}).get("name", "")
     spec = policy.get("spec") or {}
     params = spec.get("paramKind") is not None
+    mutating = kind == "MutatingAdmissionPolicy"
     problems: list[str] = []
 
     def check(field: str, expression: str, scope: Scope, expected: tuple[str, ...] | None) -> Result:
@@ -729,12 +760,13 @@ def check_policy(policy: Mapping[str, Any]) -> list[str]:
 
     # matchConditions: the stateless compiler, no variables (validation.go validateMatchConditionsExpression).
     for i, condition in enumerate(spec.get("matchConditions") or []):
-        check(f"spec.matchConditions[{i}].expression", condition["expression"], Scope(params=params), BOOL)
-    composited = bool(spec.get("variables")) or kind == "MutatingAdmissionPolicy"
+        check(f"spec.matchConditions[{i}].expression", condition["expression"],
+              Scope(params=params, mutating=mutating), BOOL)
+    composited = bool(spec.get("variables")) or mutating
     declared: list[tuple[str, str]] = []
     for i, variable in enumerate(spec.get("variables") or []):
         result = check(f"spec.variables[{i}].expression", variable["expression"],
-                       Scope(params=params, variables=tuple(declared)), None)
+                       Scope(params=params, variables=tuple(declared), mutating=mutating), None)
         declared.append((variable["name"], declared_type(result.type) if not result.errors else "dyn"))
     variables = tuple(declared) if composited else None
     for i, validation in enumerate(spec.get("validations") or []):
@@ -746,6 +778,16 @@ def check_policy(policy: Mapping[str, Any]) -> list[str]:
     for i, annotation in enumerate(spec.get("auditAnnotations") or []):
         check(f"spec.auditAnnotations[{i}].valueExpression", annotation["valueExpression"],
               Scope(params=params, variables=variables), ("string", "null_type"))
+    for i, mutation in enumerate(spec.get("mutations") or []):
+        where = f"spec.mutations[{i}]"
+        if mutation.get("patchType") != "JSONPatch":
+            # An ApplyConfiguration builds Object{...} values typed from the schema of the object at run time: not
+            # declared here, so refused rather than passed unchecked.
+            problems.append(f"{kind} {name}: {where}: patchType {mutation.get('patchType')!r}: only JSONPatch "
+                            "mutations are checked here")
+            continue
+        check(f"{where}.jsonPatch.expression", mutation["jsonPatch"]["expression"],
+              Scope(params=params, variables=variables, mutating=True), JSON_PATCHES)
     return problems
 
 

@@ -305,44 +305,61 @@ def certs_ca_bundle(args: argparse.Namespace) -> int:
 
 def policies(args: argparse.Namespace) -> int:
     """Print the stateless validating rules as a ValidatingAdmissionPolicy and its binding (offline); with a
-    cluster state, each ClusterColocationProfile's policy and binding too; ``--check``: compare them with the
-    applied ones instead (exit 1 when one is missing, stale or left over)."""
+    cluster state, each ClusterColocationProfile's policy and binding too; ``--mutating``: the
+    MutatingAdmissionPolicies that convert instead (Kubernetes 1.36+); ``--check``: compare them with the applied
+    ones instead (exit 1 when one is missing, stale or left over)."""
     from webhook.policies import invariants as generated
+    from webhook.policies import mutating as mutating_policies
     from webhook.policies import profiles as profile_policies
 
     live = bool(args.kubeconfig)
     if args.check is not None and args.cluster_state is None and not live:
         raise UsageError("--check compares with the profiles of a cluster state: give --cluster-state DIR or "
                          "--kubeconfig F")
-    # Without a cluster state: the band policy with no profile left out, as the component ships it.
-    profile_docs: list[dict[str, Any]] = profile_policies.band_policy([])
+    # Without a cluster state: what the components ship, with no profile.
+    fixed: list[dict[str, Any]] = [] if args.mutating else [generated.policy(), generated.binding()]
+    profile_docs: list[dict[str, Any]] = (
+        [*mutating_policies.band_mutation([]), *mutating_policies.extended_resource_spec_mutation()]
+        if args.mutating else profile_policies.band_policy([]))
     if args.cluster_state is not None or live:
         applied = _applied(args.check) if args.check is not None else None
         state, source = listed_state(args.cluster_state, args.kubeconfig, False, args.sync_timeout)
         try:
             invalid = state.invalid_colocation_profiles()
-            rendered = profile_policies.render(state.colocation_profiles(), state.priority_class, invalid)
+            if args.mutating:
+                made = mutating_policies.render_mutating(state.colocation_profiles(), state.priority_class, invalid)
+                notes, profile_docs = made.notes, made.objects
+                count = sum(1 for d in made.objects if d["kind"] == "MutatingAdmissionPolicy") - 2
+            else:
+                rendered = profile_policies.render(state.colocation_profiles(), state.priority_class, invalid)
+                notes, profile_docs = rendered.notes, [*rendered.band, *rendered.objects]
+                count = len(rendered.objects) // 2
         finally:
             if source is not None:
                 source.stop()
-        for note in rendered.notes:
+        for note in notes:
             print(f"note: {note}", file=sys.stderr)
-        profile_docs = [*rendered.band, *rendered.objects]
         if applied is not None:
-            found_stale = profile_policies.stale([generated.policy(), generated.binding(), *profile_docs], applied)
+            components = (mutating_policies.COMPONENT,) if args.mutating else None
+            found_stale = profile_policies.stale([*fixed, *profile_docs], applied, components)
             for s in found_stale:
                 print(f"{s.kind}/{s.name}: {s.problem}")
             if not found_stale:
-                print(f"the applied policies are up to date (the pod invariants, the band conversion and "
-                      f"{len(rendered.objects) // 2} profile(s))")
+                what = ("the band conversion, the extended-resource-spec annotation" if args.mutating
+                        else "the pod invariants, the band conversion")
+                print(f"the applied policies are up to date ({what} and {count} profile(s))")
             return EXIT_DENIED if found_stale else 0
     if args.output == "json":
-        items = [generated.policy(), generated.binding(), *profile_docs]
+        items = [*fixed, *profile_docs]
         print(orjson.dumps({"apiVersion": "v1", "kind": "List", "items": items}, option=orjson.OPT_INDENT_2).decode())
     else:
-        print(generated.render(), end="")
-        for doc in profile_docs:
-            print("---\n" + yaml.safe_dump(doc, sort_keys=False, width=120), end="")
+        if args.mutating:
+            print(mutating_policies.HEADER, end="")
+        else:
+            print(generated.render(), end="")
+        for i, doc in enumerate(profile_docs):
+            print(("---\n" if i or not args.mutating else "") + yaml.safe_dump(doc, sort_keys=False, width=120),
+                  end="")
     return 0
 
 
@@ -548,6 +565,12 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                           "FILE (kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings -l "
                           "app.kubernetes.io/part-of=colocation-webhook -o yaml; - reads stdin); exit 1 and list "
                           "each one missing, edited, stale or left over")
+    pol.add_argument("--mutating", action="store_true",
+                     help="Kubernetes 1.36+: print instead the MutatingAdmissionPolicies that convert while the "
+                          "webhook is down (manifests/components/mutating-policies; with a cluster state, one per "
+                          "profile a policy can apply; docs/deploy.md, \"Mutating admission policies\"); with "
+                          "--check, compare the applied ones (kubectl get mutatingadmissionpolicies,"
+                          "mutatingadmissionpolicybindings -l app.kubernetes.io/part-of=colocation-webhook -o yaml)")
     pol.set_defaults(func=policies)
 
     c = sub.add_parser("certs", help="make the serving certificate and CA for the in-cluster Service",

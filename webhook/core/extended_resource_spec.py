@@ -14,7 +14,7 @@ from webhook.core.quantity import QuantityError, canonical, parse_quantity
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
 
 EXTENDED_RESOURCE_SPEC = "node.koordinator.sh/extended-resource-spec"
-_SPEC_RESOURCES = (BATCH_CPU, BATCH_MEMORY)  # what the annotation carries (Koordinator: batch only)
+SPEC_RESOURCES = (BATCH_CPU, BATCH_MEMORY)  # what the annotation carries (Koordinator: batch only)
 
 
 def extended_resource_spec(spec: dict[str, Any]) -> dict[str, Any]:
@@ -30,7 +30,7 @@ def extended_resource_spec(spec: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(values, dict):
                 continue
             picked = {}
-            for name in _SPEC_RESOURCES:
+            for name in SPEC_RESOURCES:
                 if name in values:
                     try:
                         picked[name] = canonical(values[name])

@@ -388,10 +388,12 @@ def differences(want: Any, have: Any, path: str = "spec") -> list[str]:
     return [] if want == have else [f"{path}: differs"]
 
 
-def stale(rendered: list[dict[str, Any]], applied: list[dict[str, Any]]) -> list[Stale]:
+def stale(rendered: list[dict[str, Any]], applied: list[dict[str, Any]],
+          components: tuple[str, ...] | None = None) -> list[Stale]:
     """Compare the applied policies and bindings with the rendered ones, field by field: ``rendered`` is all this
-    command renders; the applied ones it judges are those of the same kind and name, and any other carrying the
-    profile or band component label (left over)."""
+    command renders; the applied ones it judges are those of the same kind and name, and any other carrying one of
+    the ``components`` labels (default: the profile and band policies'; left over)."""
+    left_over = components if components is not None else (COMPONENT, BAND_COMPONENT)
     def key(o: dict[str, Any]) -> tuple[str, str]:
         return o.get("kind", ""), str((o.get("metadata") or {}).get("name", ""))
 
@@ -404,8 +406,7 @@ def stale(rendered: list[dict[str, Any]], applied: list[dict[str, Any]]) -> list
     want = {key(o): o for o in rendered}
     have = {key(o): o for o in applied if isinstance(o, dict) and (
         key(o) in want
-        or ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") in (COMPONENT,
-                                                                                                   BAND_COMPONENT))}
+        or ((o.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/component") in left_over)}
     out: list[Stale] = []
     for k, o in want.items():
         if k not in have:

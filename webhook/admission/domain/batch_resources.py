@@ -128,6 +128,7 @@ def convert_resources(resources: dict[str, Any], cpu_name: str, mem_name: str,
 Path = tuple[str | int, ...]
 
 LIMIT_RANGER = "kubernetes.io/limit-ranger"
+LIMIT_RANGER_PREFIX = "LimitRanger plugin set: "  # how the annotation's text starts
 _SET = re.compile(r"(?P<names>[^;]+?) (?P<kind>request|limit) for (?P<owner>init container|container) (?P<name>[^;]+)")
 # What LimitRanger set, by (containers or initContainers, container name): requests and limits by name.
 Defaulted = dict[tuple[str, str], dict[str, frozenset[str]]]
@@ -138,10 +139,10 @@ def limit_ranger_defaults(annotations: Any) -> Defaulted:
     set: cpu, memory request for container main; cpu limit for init container setup`` (``mergeContainerResources``
     names the keys it added, sorted, per container and kind). Anything else reads as nothing set."""
     text = annotations.get(LIMIT_RANGER) if isinstance(annotations, dict) else None
-    if not isinstance(text, str) or not text.startswith("LimitRanger plugin set: "):
+    if not isinstance(text, str) or not text.startswith(LIMIT_RANGER_PREFIX):
         return {}
     out: Defaulted = {}
-    for part in text[len("LimitRanger plugin set: "):].split("; "):
+    for part in text[len(LIMIT_RANGER_PREFIX):].split("; "):
         m = _SET.fullmatch(part.strip())
         if m is None:
             continue
