@@ -50,8 +50,6 @@ __all__ = ["BAND_NAME", "COMPONENT", "SPEC_NAME", "MutatingRendered", "band_muta
 API = "admissionregistration.k8s.io/v1"
 COMPONENT = "mutating-policy"
 BAND_NAME = "colocation-band-mutation"
-# Named to come after the band's and the profiles' policies: the apiserver calls policies in name order, and one its
-# matchConditions left out is not called again when a later one converts the pod.
 SPEC_NAME = "colocation-resource-spec"
 PREFIX = "colocation-profile-mutation-"
 NAME_MAX = 253
@@ -352,8 +350,12 @@ def extended_resource_spec_mutation() -> list[dict[str, Any]]:
     set_it = _op("add", lit(pointer("metadata", "annotations", EXTENDED_RESOURCE_SPEC)), "variables.text")
     patch = (f"variables.text == '' || variables.text == variables.current ? [] : "
              f"{_label_map('annotations')} + [{set_it}]")
-    # Only pods asking for batch resources (after the policies named before it have converted them: SPEC_NAME).
-    conditions = [{"name": "batch", "expression": f"{cs}.exists(c, has(c.resources) && ({asks}))"}]
+    # Pods asking for batch resources, and those a conversion may make so: the apiserver calls policies in no set
+    # order (generic/policy_source.go ranges over a map) and calls one again after another's patch only if it was
+    # called before (mutating/dispatcher.go, ShouldReinvoke), so a pod still asking for cpu/memory must match too.
+    may_ask = " || ".join(f"(has(c.resources.{k}) && {lit(n)} in c.resources.{k})" for k in kinds
+                          for n in (*sorted(SPEC_RESOURCES), CPU, MEMORY))
+    conditions = [{"name": "batch", "expression": f"{cs}.exists(c, has(c.resources) && ({may_ask}))"}]
     binding = {"policyName": SPEC_NAME, "matchResources": {"namespaceSelector": {"matchExpressions": [_excluded()]}}}
     return _pair(SPEC_NAME, _policy_spec(variables, patch, conditions), binding)
 
