@@ -205,23 +205,35 @@ def test_check_finds_them_up_to_date_or_stale(tmp_path: Path, capsys: pytest.Cap
     assert "spec.reinvocationPolicy: differs" in capsys.readouterr().out
 
 
-def test_the_resource_spec_policy_is_called_on_every_pod_a_conversion_may_change() -> None:
+
+def test_every_converting_policy_writes_the_resource_spec_annotation_last() -> None:
     """The apiserver calls mutating policies in no set order (it ranges over a map of them) and calls one again
     after another policy's patch only if it was called before (``ShouldReinvoke`` in
-    staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/mutating/dispatcher.go): a band pod converted after
-    the annotation policy had been left out by its matchConditions kept no annotation on a 1.36.2 apiserver. So the
-    policy matches a pod still asking for cpu or memory, not only one asking for batch resources."""
+    staging/src/k8s.io/apiserver/pkg/admission/plugin/policy/mutating/dispatcher.go): on a 1.36.2 apiserver a band
+    pod converted after the annotation policy had been left out by its matchConditions kept no annotation. So each
+    policy that converts writes the annotation in a mutation of its own after the conversion, and the annotation
+    policy itself stays narrow: a pod it matches pays a second pass of the apiserver's plugins."""
     celpy = pytest.importorskip("celpy", reason="cel-python is a test extra: pip install -e '.[test]'")
-    (policy,) = [d for d in mutating.extended_resource_spec_mutation() if d["kind"] == "MutatingAdmissionPolicy"]
+    _, spec_patch, _ = mutating._resource_spec()
+    state = m.make_state(*MANY)
+    policies = [o for o in _rendered(state).objects if o["kind"] == "MutatingAdmissionPolicy"]
+    converting = {p["metadata"]["name"]: p for p in policies
+                  if any("variables.conversion" in x["jsonPatch"]["expression"] for x in p["spec"]["mutations"])}
+    assert set(converting) == {mutating.BAND_NAME, mutating.PREFIX + EXAMPLE["metadata"]["name"],
+                               mutating.PREFIX + "mid"}, sorted(converting)
+    for name, policy in converting.items():
+        mutations = [x["jsonPatch"]["expression"] for x in policy["spec"]["mutations"]]
+        assert len(mutations) == 2 and mutations[-1] == spec_patch, name
+        assert "variables.conversion" in mutations[0], name
+
+    (spec,) = [p for p in policies if p["metadata"]["name"] == mutating.SPEC_NAME]
     env = celpy.Environment()
-    conditions = [env.program(env.compile(c["expression"])) for c in policy["spec"]["matchConditions"]]
+    conditions = [env.program(env.compile(c["expression"])) for c in spec["spec"]["matchConditions"]]
 
     def called(resources: dict[str, Any]) -> bool:
         pod = {"spec": {"containers": [{"name": "app", "resources": resources}]}}
         return all(bool(c.evaluate({"object": celpy.json_to_cel(pod)})) for c in conditions)
 
-    assert called({"requests": {"cpu": "500m"}})
-    assert called({"limits": {"memory": "1Gi"}})
     assert called({"requests": {"kubernetes.io/batch-cpu": "500"}})
-    assert not called({})
-    assert not called({"requests": {"ephemeral-storage": "1Gi"}})
+    assert called({"limits": {"kubernetes.io/batch-memory": "1Gi"}})
+    assert not called({"requests": {"cpu": "500m", "memory": "1Gi"}})

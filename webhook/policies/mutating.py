@@ -253,7 +253,9 @@ def _pair(name: str, policy_spec: dict[str, Any], binding_spec: dict[str, Any],
 
 
 def _policy_spec(variables: list[dict[str, str]], patch: str,
-                 conditions: list[dict[str, str]] | None = None) -> dict[str, Any]:
+                 conditions: list[dict[str, str]] | None = None, then: tuple[str, ...] = ()) -> dict[str, Any]:
+    """``then``: patches applied after ``patch``, each to the object the one before it made (the apiserver evaluates
+    a policy's mutations in order, each with its variables read anew: mutating/dispatcher.go, cel/composition.go)."""
     spec: dict[str, Any] = {
         # Fail: an expression that errs refuses the pod rather than admitting it half converted.
         "failurePolicy": "Fail",
@@ -265,8 +267,10 @@ def _policy_spec(variables: list[dict[str, str]], patch: str,
     if conditions:
         spec["matchConditions"] = conditions
     if variables:
+        names = [v["name"] for v in variables]
+        assert len(set(names)) == len(names), f"a variable named twice: {names}"
         spec["variables"] = variables
-    spec["mutations"] = [{"patchType": "JSONPatch", "jsonPatch": {"expression": patch}}]
+    spec["mutations"] = [{"patchType": "JSONPatch", "jsonPatch": {"expression": p}} for p in (patch, *then)]
     return spec
 
 
@@ -290,7 +294,14 @@ def band_mutation(leave: list[Profile]) -> list[dict[str, Any]]:
     a class (their own policy converts for that class's band) or skip the conversion."""
     in_band = " || ".join(f"(object.spec.priority >= {low} && object.spec.priority <= {high})"
                           for _, low, high in _converting_bands())
-    conditions = [{"name": "band", "expression": f"has(object.spec.priority) && ({in_band})"}]
+    native = " || ".join(f"(has(c.resources.{kind}) && {lit(n)} in c.resources.{kind})"
+                         for kind in _KINDS for n, _ in _CONVERSIONS)
+    asks = " || ".join(f"(has(object.spec.{f}) && object.spec.{f}.exists(c, {native}))" for f in _FIELDS)
+    # Only a pod with something to convert: a policy the pod gets past costs it a second pass of the apiserver's
+    # plugins, even with an empty patch (docs/deploy.md, "Mutating admission policies"). A pod converted once and
+    # given cpu/memory back by LimitRanger still matches when the policy is called again.
+    conditions = [{"name": "band", "expression": f"has(object.spec.priority) && ({in_band})"},
+                  {"name": "native", "expression": asks}]
     targets, qos = _targets_by_priority()
     variables = conversion_variables(targets)
     patch = _with_qos(qos)
@@ -301,9 +312,11 @@ def band_mutation(leave: list[Profile]) -> list[dict[str, Any]]:
             f"{selector_cel(p.spec.get('selector'), 'object.metadata.labels')})" for p in leave)
         variables.insert(0, {"name": "left", "expression": matched})
         patch = f"variables.left ? [] : {patch}"
+    spec_variables, spec_patch, _ = _resource_spec()
     binding = {"policyName": BAND_NAME, "matchResources": {"namespaceSelector": {"matchExpressions": [_excluded()]}}}
     notes = {PROFILE_ANNOTATION: ",".join(p.name for p in leave)} if leave else {}
-    return _pair(BAND_NAME, _policy_spec(variables, patch, conditions), binding, notes)
+    return _pair(BAND_NAME, _policy_spec(variables + spec_variables, patch, conditions, (spec_patch,)), binding,
+                 notes)
 
 
 def _json_string(expr: str) -> str:
@@ -313,10 +326,23 @@ def _json_string(expr: str) -> str:
 
 
 def extended_resource_spec_mutation() -> list[dict[str, Any]]:
-    """The ``node.koordinator.sh/extended-resource-spec`` annotation (``extended_resource_spec``): the batch
+    """The ``node.koordinator.sh/extended-resource-spec`` annotation (``extended_resource_spec``) of a pod written
+    with batch resources. A pod a policy converts gets it from that policy's last mutation: the apiserver calls
+    policies in no set order (generic/policy_source.go ranges over a map of them) and calls one again after another
+    policy's patch only if it was called before (``ShouldReinvoke``, mutating/dispatcher.go), so this policy,
+    left out by its matchConditions while the pod still asked for cpu/memory, would not see the converted pod.
+    Matching every pod with cpu/memory instead would cost each of them a second pass of the apiserver's admission
+    plugins (any policy called marks the object changed), docs/benchmarks.md, "Issue 36"."""
+    variables, patch, asks = _resource_spec()
+    conditions = [{"name": "batch", "expression": f"object.spec.containers.exists(c, has(c.resources) && ({asks}))"}]
+    binding = {"policyName": SPEC_NAME, "matchResources": {"namespaceSelector": {"matchExpressions": [_excluded()]}}}
+    return _pair(SPEC_NAME, _policy_spec(variables, patch, conditions), binding)
+
+
+def _resource_spec() -> tuple[list[dict[str, str]], str, str]:
+    """The annotation's variables, its patch, and the CEL of "container ``c`` asks for batch resources": the batch
     resources of each regular container, keys sorted as Go and the webhook write them, quantities as the apiserver
-    hands them over (canonical: the webhook's ``quantity.canonical``). Written when the text differs; a pod whose
-    batch resources the conversion has just written gets it when the policy runs again on the converted pod."""
+    hands them over (canonical: the webhook's ``quantity.canonical``), written when the text differs."""
     cs = "object.spec.containers"
     kinds = ("limits", "requests")
 
@@ -350,14 +376,7 @@ def extended_resource_spec_mutation() -> list[dict[str, Any]]:
     set_it = _op("add", lit(pointer("metadata", "annotations", EXTENDED_RESOURCE_SPEC)), "variables.text")
     patch = (f"variables.text == '' || variables.text == variables.current ? [] : "
              f"{_label_map('annotations')} + [{set_it}]")
-    # Pods asking for batch resources, and those a conversion may make so: the apiserver calls policies in no set
-    # order (generic/policy_source.go ranges over a map) and calls one again after another's patch only if it was
-    # called before (mutating/dispatcher.go, ShouldReinvoke), so a pod still asking for cpu/memory must match too.
-    may_ask = " || ".join(f"(has(c.resources.{k}) && {lit(n)} in c.resources.{k})" for k in kinds
-                          for n in (*sorted(SPEC_RESOURCES), CPU, MEMORY))
-    conditions = [{"name": "batch", "expression": f"{cs}.exists(c, has(c.resources) && ({may_ask}))"}]
-    binding = {"policyName": SPEC_NAME, "matchResources": {"namespaceSelector": {"matchExpressions": [_excluded()]}}}
-    return _pair(SPEC_NAME, _policy_spec(variables, patch, conditions), binding)
+    return variables, patch, asks
 
 
 def _read(kind: str, key: str, written: dict[str, str]) -> str:
@@ -431,8 +450,11 @@ def profile_mutation(p: Profile, band: str | None) -> list[dict[str, Any]]:
     name = PREFIX + p.name
     ops = [profile_ops(p)]
     variables = []
+    then: tuple[str, ...] = ()
     if band is not None and not p.skip_update_resources:
-        variables = conversion_variables(lits(list(TARGETS[band])))
+        spec_variables, spec_patch, _ = _resource_spec()
+        variables = conversion_variables(lits(list(TARGETS[band]))) + spec_variables
+        then = (spec_patch,)
         # The profile's own QoS class comes first (``apply_profile``), then the band's where it states none.
         states = bool(p.qos_class) or QOS_LABEL in p.labels
         ops.append(_with_qos("''" if states else lit(BAND_QOS_CLASS.get(band, ""))))
@@ -441,7 +463,7 @@ def profile_mutation(p: Profile, band: str | None) -> list[dict[str, Any]]:
     ns_selector["matchExpressions"] = [*ns_selector.get("matchExpressions", []), _excluded()]
     binding = {"policyName": name, "matchResources": {
         "namespaceSelector": ns_selector, "objectSelector": json.loads(json.dumps(p.spec.get("selector") or {}))}}
-    return _pair(name, _policy_spec(variables, patch), binding, {PROFILE_ANNOTATION: p.name})
+    return _pair(name, _policy_spec(variables, patch, then=then), binding, {PROFILE_ANNOTATION: p.name})
 
 
 # -- which profiles a policy can apply exactly -----------------------------------------------------------------------
