@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -145,13 +144,10 @@ def main() -> int:
         threading.Thread(target=churn, daemon=True).start()
         quiet: dict[str, list[str]] = {}
         watchers = quiet_watches(cluster.kubeconfig, args.idle_seconds, quiet)
-        text = cluster.kubeconfig.read_text()
-        port = int(re.search(r"server: \"?https://127\.0\.0\.1:(\d+)", text).group(1))  # type: ignore[union-attr]
         folder = Path(tempfile.mkdtemp(prefix="colocation-bench-"))
         try:
-            with TCPProxy(("127.0.0.1", port)) as proxy:
-                proxied = folder / "kubeconfig"
-                proxied.write_text(text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}"))
+            with TCPProxy(("127.0.0.1", cluster.port)) as proxy:
+                proxied = cluster.through(proxy.port, folder / "kubeconfig")
                 state = ClusterState(WEBHOOK_KINDS)
                 source = LiveSource(state, kubeconfig=str(proxied), timing=timing)
                 source.start()

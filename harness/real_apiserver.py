@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import shutil
 import signal
 import socket
@@ -57,6 +58,20 @@ class Cluster:
         if check and done.returncode != 0:
             raise RuntimeError(f"kubectl {' '.join(args)}: exit {done.returncode}: {done.stderr.strip()}")
         return done
+
+    def through(self, port: int, into: Path) -> Path:
+        """A copy of the kubeconfig at ``into`` that reaches the apiserver (on loopback) through ``port``: a TCP
+        proxy's (harness/tcp_proxy.py)."""
+        into.write_text(self.kubeconfig.read_text().replace(f"127.0.0.1:{self.port}", f"127.0.0.1:{port}"))
+        return into
+
+    @property
+    def port(self) -> int:
+        """The apiserver's port on loopback, as the kubeconfig names it."""
+        found = re.search(r"https://127\.0\.0\.1:(\d+)", self.kubeconfig.read_text())
+        if found is None:
+            raise RuntimeError(f"{self.kubeconfig}: no server on 127.0.0.1")
+        return int(found.group(1))
 
 
 def wait_until(what: str, ready: Callable[[], bool], seconds: float = 60) -> None:

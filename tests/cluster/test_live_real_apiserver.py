@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import subprocess
 import sys
 import time
@@ -53,17 +52,14 @@ def cluster() -> Iterator[real_apiserver.Cluster]:
 
 def test_on_a_real_apiserver_quiet_kinds_stay_a_blackhole_is_seen_and_resets_are_few_lines(
         cluster: real_apiserver.Cluster, tmp_path: Path) -> None:
-    text = cluster.kubeconfig.read_text()
-    port = int(re.search(r"https://127\.0\.0\.1:(\d+)", text).group(1))  # type: ignore[union-attr]
     lines = Lines()
     root = logging.getLogger()
     root.addHandler(lines)
     level = root.level
     root.setLevel(logging.INFO)
     try:
-        with TCPProxy(("127.0.0.1", port)) as proxy:
-            kubeconfig = tmp_path / "kubeconfig"
-            kubeconfig.write_text(text.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}"))
+        with TCPProxy(("127.0.0.1", cluster.port)) as proxy:
+            kubeconfig = cluster.through(proxy.port, tmp_path / "kubeconfig")
             state = ClusterState(WEBHOOK_KINDS)
             src = LiveSource(state, kubeconfig=str(kubeconfig), timing=FAST)
             src.start()
