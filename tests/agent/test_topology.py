@@ -50,6 +50,18 @@ def test_an_unreadable_or_malformed_file_is_named(tmp_path: Path) -> None:
         read_processors(tmp_path / "nowhere")
 
 
+def test_an_unreadable_numa_folder_is_an_error_not_one_node(tmp_path: Path) -> None:
+    write_sysfs(tmp_path, [(0, 0, 0, 0), (1, 1, 0, 1)])
+    node_dir = tmp_path / "devices" / "system" / "node"
+    for d in node_dir.iterdir():
+        (d / "cpulist").unlink()
+        d.rmdir()
+    node_dir.rmdir()
+    node_dir.write_text("")   # there, but no folder to list (tests run as root: permissions would not stop it)
+    with pytest.raises(TopologyError, match=r"devices/system/node: cannot read: Not a directory"):
+        read_processors(tmp_path)
+
+
 def test_the_reader_reads_again_when_cpus_go_online(tmp_path: Path) -> None:
     write_sysfs(tmp_path, [(0, 0, 0, 0), (1, 1, 0, 0)], offline=(1,))
     reader = TopologyReader(tmp_path)

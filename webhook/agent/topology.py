@@ -57,8 +57,10 @@ def read_processors(sys_root: Path = SYS_ROOT) -> list[ProcessorInfo]:
     node_dir = sys_root / "devices" / "system" / "node"
     try:
         names = os.listdir(node_dir)
-    except OSError:
+    except FileNotFoundError:
         names = []                      # a kernel without NUMA: one node
+    except OSError as exc:              # unreadable is not "no NUMA": the nodes would be wrong
+        raise TopologyError(f"{node_dir}: cannot read: {exc.strerror or exc}") from None
     for name in names:
         if name.startswith("node") and name[4:].isdigit():
             for cpu in _cpus(node_dir / name / "cpulist"):
