@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,24 @@ def test_a_malformed_cpuset_file_is_named_and_its_folder_left_alone(tmp_path: Pa
     tree = read_tree(layout)
     assert tree.problems == (f"{made[1].relative_to(tmp_path)}/cpuset.cpus: '0-x' in '0-x' is not a CPU number or range",)
     assert str(made[1].relative_to(tmp_path)) not in {w.path for w in plan_cpuset_writes(tree.folders, frozenset({0}))}
+
+
+def test_a_folder_that_cannot_be_listed_is_said_not_taken_for_empty(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod folder gone between the walk's steps is its pod leaving; one that cannot be listed is a problem the
+    log names (its containers keep their CPUs, and the kernel may then refuse the tier's narrowing). Root lists any
+    folder, so the listing is made to fail the way it would for another user."""
+    layout, made = v1(tmp_path, "systemd")
+    pod = str(made[1])
+    scandir = os.scandir
+
+    def refusing(path: str) -> object:
+        if str(path) == pod:
+            raise PermissionError(13, "Permission denied", path)
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)
+    tree = read_tree(layout)
+    assert tree.problems == (f"{made[1].relative_to(tmp_path)}: cannot list: Permission denied",)
+    assert [f.path for f in tree.folders][:2] == rel(tmp_path, made[:2])
+    assert str(made[2].relative_to(tmp_path)) not in [f.path for f in tree.folders]

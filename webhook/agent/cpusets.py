@@ -98,16 +98,19 @@ def _cpus(folder: str, name: str, layout: Layout, problems: list[str],
     return cpus
 
 
-def _walk(folder: str, depth: int, out: list[str]) -> list[str]:
+def _walk(folder: str, depth: int, out: list[str], layout: Layout, problems: list[str]) -> list[str]:
     out.append(folder)
     if depth < MAX_DEPTH:
         try:
             with os.scandir(folder) as entries:
                 names = sorted(e.name for e in entries if e.is_dir(follow_symlinks=False))
-        except OSError:
+        except FileNotFoundError:
             names = []                   # removed meanwhile: its pod left
+        except OSError as exc:           # said: a folder below it left as it is may refuse the tier's narrowing
+            problems.append(f"{layout.rel(folder)}: cannot list: {exc.strerror or exc}")
+            names = []
         for name in names:
-            _walk(folder + os.sep + name, depth + 1, out)
+            _walk(folder + os.sep + name, depth + 1, out, layout, problems)
     return out
 
 
@@ -122,7 +125,7 @@ def read_tree(layout: Layout) -> CpusetTree:
     rel = layout.rel(tier)
     start = len(tier)
     folders = tuple(CpusetFolder(rel + p[start:], _cpus(p, CPUSET_FILE, layout, problems, known))
-                    for p in _walk(tier, 0, []))
+                    for p in _walk(tier, 0, [], layout, problems))
     held = folders[0].cpus
     if held is None:
         return CpusetTree(unavailable=f"{folders[0].path}/{CPUSET_FILE} cannot be read", problems=tuple(problems))
