@@ -58,6 +58,25 @@ def write_proc(root: Path, mem_total: int, mem_available: int, busy: int = 1000,
     return root
 
 
+def tick_cpu(root: Path, busy: int = 100, idle: int = 100) -> None:
+    """Time passing on the machine of ``write_proc``: ``busy`` and ``idle`` jiffies more in ``stat``, spread over its
+    CPUs, the rest of the file as it was (a CPU rate needs two different readings)."""
+    path = root / "stat"
+    lines = path.read_text().splitlines()
+    cpus = sum(1 for line in lines if line.startswith("cpu") and not line.startswith("cpu "))
+    out = []
+    for line in lines:
+        if line.startswith("cpu"):
+            name, *fields = line.split()
+            share = 1 if name == "cpu" else cpus
+            values = [int(v) for v in fields]
+            values[0] += busy // share
+            values[3] += idle // share
+            line = f"{name}{'  ' if name == 'cpu' else ' '}{' '.join(str(v) for v in values)}"
+        out.append(line)
+    path.write_text("\n".join(out) + "\n")
+
+
 def _memory_stat_v2(inactive: int) -> str:
     return (f"anon 1048576\nfile 4194304\nkernel 262144\nkernel_stack 16384\nsock 0\nshmem 0\n"
             f"file_mapped 0\nfile_dirty 0\nactive_anon 1048576\ninactive_anon 0\nactive_file 1024\n"

@@ -135,7 +135,8 @@ def _cert(subject: x509.Name, key: ec.EllipticCurvePrivateKey, issuer: x509.Name
 
 
 def _pki(folder: Path) -> None:
-    """A CA, the apiserver's serving pair, an admin client pair (system:masters) and the service-account keys."""
+    """A CA (its key too: the real node's tier signs the kubelet's pairs with it), the apiserver's serving pair, an
+    admin client pair (system:masters) and the service-account keys."""
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "colocation-test-ca")])
     ca = _cert(ca_name, ca_key, ca_name, ca_key, ca=True)
@@ -151,7 +152,8 @@ def _pki(folder: Path) -> None:
                   admin_key, ca_name, ca_key, ca=False, client=True)
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     pem = serialization.Encoding.PEM
-    for name, data in (("ca.crt", ca.public_bytes(pem)), ("serving.crt", serving.public_bytes(pem)),
+    for name, data in (("ca.crt", ca.public_bytes(pem)), ("ca.key", _pem_key(ca_key)),
+                       ("serving.crt", serving.public_bytes(pem)),
                        ("serving.key", _pem_key(serving_key)), ("admin.crt", admin.public_bytes(pem)),
                        ("admin.key", _pem_key(admin_key)), ("sa.key", _pem_key(sa_key)),
                        ("sa.pub", sa_key.public_key().public_bytes(

@@ -225,10 +225,14 @@ def test_allocatable_metric_has_koordlet_labels(tmp_path: Path) -> None:
     state = _state(write_state(tmp_path / "state"))
     proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)
     metrics = AgentMetrics()
-    Agent(AgentOptions(NODE), Collector(proc, tree(tmp_path, 2, "systemd")), state, metrics=metrics).cycle(now=0.0)
+    agent = Agent(AgentOptions(NODE), Collector(proc, tree(tmp_path, 2, "systemd")), state, metrics=metrics)
+    agent.cycle(now=0.0)
+    write_proc(tmp_path / "proc", 32 * GI, 24 * GI, busy=1000, idle=10000)   # a second sample: an idle node's rate
+    agent.cycle(now=1.0)
     text = generate_latest(metrics.registry).decode()
+    # 8 × 60 %: the second sample measured every pod idle (the first had no rate: nothing computed)
     assert ('koordlet_node_resource_allocatable{node="colo-node-1",resource="kubernetes.io/batch-cpu",'
-            'unit="integer"} 2800.0') in text
+            'unit="integer"} 4800.0') in text
     assert 'resource="kubernetes.io/batch-memory",unit="byte"' in text
 
 

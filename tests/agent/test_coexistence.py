@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from harness.agent_trees import write_proc
+from harness.agent_trees import tick_cpu, write_proc
 from harness.apiserver import ReplayAPIServer
 from tests.agent.test_cycle import GI, NODE, NS, _api, _state, recorded, write_node, write_state
 from tests.events_api import EventsAPI
@@ -157,6 +157,8 @@ def test_another_writer_of_the_node_status_is_said_once_and_not_fought(
     """koord-manager's noderesource controller publishes its own batch values on the node between cycles."""
     agent = _agent(tmp_path, srv, frozenset({Capability.MEMORY_EVICTION, Capability.KUBELET_EVICTION}))
     agent.cycle(now=0.0)
+    tick_cpu(tmp_path / "proc")                                  # a second reading: a CPU rate
+    agent.cycle(now=1.0)
     assert len(srv.requests_to("PATCH", STATUS)) >= 1           # the agent published
     published = [r.body for r in srv.requests_to("PATCH", STATUS) if "allocatable" in r.body["status"]]
     assert published

@@ -229,11 +229,14 @@ def api_client_for(kubeconfig: str | None) -> Any:
     import urllib3
     from kubernetes import client, config
 
+    from webhook.cluster.kubeconfig import load_kubeconfig
+
     loaders: Any = config  # the kubernetes package ships no type hints for its config loaders
     cfg = type.__call__(client.Configuration)   # a fresh one, not a copy of the process-wide default
     # A connection that cannot be made is not retried: the cycle's one short timeout is enough to know.
     cfg.retries = urllib3.Retry(total=3, connect=0)
     if kubeconfig:
-        return loaders.new_client_from_config(config_file=kubeconfig, client_configuration=cfg)
-    loaders.load_incluster_config(client_configuration=cfg)
+        load_kubeconfig(kubeconfig, cfg)     # as new_client_from_config, its certificates in memory
+    else:
+        loaders.load_incluster_config(client_configuration=cfg)
     return client.ApiClient(cfg)

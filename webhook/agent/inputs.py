@@ -43,6 +43,8 @@ class PodView:
     memory_request: int
     overhead_cpu_milli: int = 0      # a BE pod's sandbox overhead (spec.overhead), native: batch_allocatable
     overhead_memory: int = 0
+    batch_cpu_request: int = 0       # kubernetes.io/batch-cpu and -memory requested, as the kubelet admits them
+    batch_memory_request: int = 0
 
 
 def pod_view(pod: dict[str, Any]) -> PodView:
@@ -53,7 +55,9 @@ def pod_view(pod: dict[str, Any]) -> PodView:
                    be or kube_qos_class(pod) == "BestEffort",
                    is_terminal(pod),
                    milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0,
-                   int(overhead.get(BATCH_CPU, 0)), int(overhead.get(BATCH_MEMORY, 0)))
+                   int(overhead.get(BATCH_CPU, 0)), int(overhead.get(BATCH_MEMORY, 0)),
+                   int_value(req[BATCH_CPU]) if BATCH_CPU in req else 0,
+                   int_value(req[BATCH_MEMORY]) if BATCH_MEMORY in req else 0)
 
 
 @dataclass(frozen=True, slots=True)

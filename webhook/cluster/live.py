@@ -50,6 +50,7 @@ from webhook.cluster.freshness import (
     seconds,
     summary_line,
 )
+from webhook.cluster.kubeconfig import load_kubeconfig
 from webhook.cluster.state import (
     KINDS,
     SLO_CONFIG_NAME,
@@ -135,7 +136,7 @@ def _client_configuration(kubeconfig: str | None) -> k8s.Configuration:
         raise LiveSourceError(f"cannot load {problem}")
     try:
         if kubeconfig:
-            _LOADERS.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+            load_kubeconfig(kubeconfig, cfg)
         else:
             _LOADERS.load_incluster_config(client_configuration=cfg)
     except yaml.YAMLError as exc:

@@ -123,8 +123,8 @@ LS_UID = "7689fea4-a4f5-428a-b56b-bbfba219d730"     # ls-web-0 of the recorded p
 CPUS = [(c, c % 4, 0, 0) for c in range(8)]
 
 
-def state_for(tmp: Path, policy: str | None, enable: bool = True) -> ClusterState:
-    strategy: dict[str, Any] = {"enable": enable, "cpuSuppressThresholdPercent": 65}
+def state_for(tmp: Path, policy: str | None, enable: bool = True, percent: int = 65) -> ClusterState:
+    strategy: dict[str, Any] = {"enable": enable, "cpuSuppressThresholdPercent": percent}
     if policy is not None:
         strategy["cpuSuppressPolicy"] = policy
     folder = write_state(tmp / "state", cm_data={"resource-threshold-config": json.dumps(
@@ -266,3 +266,29 @@ def test_the_folders_are_read_again_after_a_write_and_every_ten_seconds(tmp_path
     assert cpuset_writes(out) == [] and out["capabilitiesOff"] == {}          # not read again yet
     out = busy_cycle(agent, tmp_path, cg, ls, second=12)                       # 10 s after the last read
     assert out["capabilitiesOff"]["cpu-suppress"].startswith("another writer")
+
+
+# -- the cfsQuota policy through the cycle ----------------------------------------------------------------------
+def test_sampling_noise_rewrites_neither_the_tier_nor_the_be_folders_under_it(tmp_path: Path) -> None:
+    """cgroup v1, where the BE pods' quotas (2 cores asked) are clamped to the tier's: a tier write skipped for
+    noise leaves them alone too."""
+    cg = tree(tmp_path, 1, "cgroupfs")
+    agent = agent_on(tmp_path, state_for(tmp_path, "cfsQuota", percent=30), cg)
+    agent.cycle(now=10.0)                            # no CPU rate yet: the BE pods' own limits only
+    ls, busy, idle, later = ls_cpu_file(cg, 1), 1000, 9000, []
+    for second in range(1, 31):
+        # ls-web-0 steady at 500 m, the node at 1244 m and 1156 m in turn: the budget 8 cores × 30 % − 500 −
+        # (node − 500) moves between 1156 m and 1244 m, by more than 1 % of the node's cores (koordlet's band).
+        step = 622 if second % 2 else 578
+        busy, idle = busy + step, idle + 1000 - step
+        write_proc(tmp_path / "proc", 32 * GI, 24 * GI, busy=busy, idle=idle, cpus=2)
+        ls.write_text(f"{500000000 * second}\n")
+        writes = agent.cycle(now=10.0 + second).as_dict()["cgroupWrites"]
+        if second == 1:
+            first = writes
+        else:
+            later += writes
+    tier = {"path": "cpu/kubepods/besteffort", "file": "cpu.cfs_quota_us", "value": "115600"}
+    assert tier in first and len(first) > 1          # the tier, and the BE folders clamped under it
+    assert later == []
+    assert (cg / tier["path"] / tier["file"]).read_text() == "115600"

@@ -1,12 +1,14 @@
-"""BEMemoryPressure: the condition for the pressure seen, and a node status change only when it changes."""
+"""BEMemoryPressure: the condition for the pressure seen, and a node status change only when its status, reason
+or message changes, with lastTransitionTime moved only by a new status."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from webhook.agent.actions import KubeActions
 from webhook.agent.capabilities.node_condition import (
     EVICTION_DISABLED_REASON,
     NO_PRESSURE_REASON,
@@ -27,7 +29,9 @@ def _condition(dry_run: bool = True, disabled: frozenset[Capability] = frozenset
 
 
 def _node(status: str | None = None) -> dict[str, Any]:
-    conditions = [] if status is None else [{"type": PRESSURE_CONDITION, "status": status}]
+    """A node with no BEMemoryPressure, or one as the agent sets it for no pressure (``status`` False)."""
+    conditions = [] if status is None else [{"type": PRESSURE_CONDITION, "status": status,
+                                             "reason": NO_PRESSURE_REASON, "message": "no memory threshold met"}]
     return {"metadata": {"name": "n1"}, "status": {"conditions": conditions}}
 
 
@@ -81,3 +85,58 @@ def test_without_an_api_or_a_dry_run_nothing_is_changed() -> None:
     condition = _condition(dry_run=False)
     condition.act(_node("False"), condition.decide(True, []))
     assert condition.last_status is None
+
+
+class _Patches:
+    """The node status patches the agent makes (KubeActions.patch_node_status), all accepted."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+
+    def patch_node_status(self, body: dict[str, Any]) -> bool:
+        self.bodies.append(body)
+        return True
+
+    def conditions(self) -> list[dict[str, str]]:
+        return [b["status"]["conditions"][0] for b in self.bodies]
+
+
+def _patching() -> tuple[NodeCondition, _Patches]:
+    metrics, patches = AgentMetrics(), _Patches()
+    options = AgentOptions("n1", transition_period=300.0)
+    return NodeCondition(options, Coexistence(frozenset(), metrics), cast(KubeActions, patches), metrics), patches
+
+
+SINCE = "2026-01-01T00:00:00Z"
+AT_6 = {"type": PRESSURE_CONDITION, "status": "True", "reason": PRESSURE_REASON,
+        "message": "memory threshold met: memory usage >= 6%", "lastHeartbeatTime": SINCE, "lastTransitionTime": SINCE}
+
+
+def test_a_new_message_is_patched_and_the_transition_time_kept() -> None:
+    """The watermark moved from 6 % to 12 % and memory crossed it again: still True, but not for 6 %."""
+    condition, patches = _patching()
+    node = {"metadata": {"name": "n1"}, "status": {"conditions": [AT_6]}}
+    condition.act(node, condition.decide(True, ["memory usage >= 6%"]))        # as on the node (a restart): nothing
+    assert patches.bodies == []
+    condition.act(node, condition.decide(True, ["memory usage >= 12%"]))
+    condition.act(node, condition.decide(True, ["memory usage >= 12%"]))       # as last set: nothing
+    [at_12] = patches.conditions()
+    assert (at_12["status"], at_12["reason"], at_12["message"]) == ("True", PRESSURE_REASON,
+                                                                    "memory threshold met: memory usage >= 12%")
+    assert at_12["lastTransitionTime"] == SINCE and at_12["lastHeartbeatTime"] != SINCE  # the status did not move
+    # The transition period (a new message again, the node not yet showing the last patch): still since SINCE.
+    condition.act(node, condition.decide(True, []))
+    assert patches.conditions()[-1]["lastTransitionTime"] == SINCE
+    condition.act(node, condition.decide(False, []))                           # the status moves: now
+    off = patches.conditions()[-1]
+    assert (off["status"], off["reason"]) == ("False", NO_PRESSURE_REASON)
+    assert off["lastTransitionTime"] == off["lastHeartbeatTime"] != SINCE
+    assert len(patches.bodies) == 3
+
+
+def test_a_new_reason_is_patched() -> None:
+    condition, patches = _patching()
+    left = {**AT_6, "status": "False", "reason": "SomethingElse", "message": "no memory threshold met"}
+    condition.act({"metadata": {"name": "n1"}, "status": {"conditions": [left]}}, condition.decide(False, []))
+    [cond] = patches.conditions()
+    assert (cond["reason"], cond["lastTransitionTime"]) == (NO_PRESSURE_REASON, SINCE)

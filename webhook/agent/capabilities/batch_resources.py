@@ -27,7 +27,8 @@ WRITES_REMEMBERED = 3   # the agent's own node-status writes a late watch may st
 class BatchDecision:
     values: dict[str, int]          # what the report shows ({} when the capability is off)
     wanted: dict[str, int] | None   # what the node status should hold (None: withdrawn)
-    reason: str | None              # why a value is 0
+    reason: str | None              # why a value is 0, held, or raised above the formula
+    hold: bool = False              # leave the node's values as they are (nothing new measured)
 
 
 class BatchResources(Shared):
@@ -35,9 +36,12 @@ class BatchResources(Shared):
                  metrics: AgentMetrics) -> None:
         super().__init__(options, coexistence, actions, metrics)
         self.window = batchcalc.UsageWindow(60)
+        self.started: float | None = None          # the first cycle's time: holding counts from it
         self.last_update: float | None = None
         self._seen: dict[str, int] | None = None   # the node's batch values the last cycle saw
         self._written: list[dict[str, int]] = []   # the agent's last few writes of them ({}: removed)
+        self._held: str | None = None              # the reason last logged for holding
+        self._raised: frozenset[str] = frozenset()  # the resources last logged as raised to the pods' requests
 
     @property
     def on(self) -> bool:
@@ -47,6 +51,8 @@ class BatchResources(Shared):
         """The usage window moved on by ``sample`` (None: not measured), and the batch values from it."""
         if not self.on:
             return BatchDecision({}, None, None)
+        if self.started is None:
+            self.started = now
         colo = inputs.colocation
         self.window.seconds = colo.metricAggregateDurationSeconds
         if sample is not None:
@@ -55,22 +61,46 @@ class BatchResources(Shared):
             self.window.add(now, values)
         else:
             self.window.expire(now)
-        wanted: dict[str, int] | None = None
         cm_ns, cm_name = self.options.config_map
         why = batchcalc.withheld(colo.enable, f"{cm_ns}/{cm_name}" if inputs.config_found else None,
                                  self.window.last_time, now, colo.degradeTimeMinutes)
+        if why is None and self.window.average("")[0] is None:
+            why = batchcalc.NO_CPU_RATE
+        if batchcalc.holding(why, self.started, now, colo.degradeTimeMinutes):
+            if why != self._held:
+                log.info("batch resources: %s; the node's values are left as they are", why)
+                self._held = why
+            current = batchcalc.published(inputs.status.get("allocatable"))
+            shown = {name: current.get(name, 0) for name in BATCH_RESOURCES}
+            self._gauges(shown)
+            return BatchDecision(shown, None, f"{why}: the node's values are left as they are", hold=True)
+        self._held = None
+        wanted: dict[str, int] | None = None
         computed = None
+        raised: tuple[str, ...] = ()
         if why is None:
             computed = self._compute(sample, inputs)
-            wanted = result = computed.resources()
+            floor = batchcalc.admitted((v.batch_cpu_request, v.batch_memory_request)
+                                       for v in inputs.pods if not v.finished)
+            wanted, raised = batchcalc.with_floor(computed.resources(), floor)
+            result = wanted
+            names = frozenset(line.split(" ", 1)[0] for line in raised)
+            if names != self._raised:       # said when it starts or stops, not every cycle
+                for line in raised:
+                    log.info("batch resources: %s", line)
+                self._raised = names
         else:
             if colo.enable:
                 log.warning("%s: withdrawing batch resources", why)
             result = {name: 0 for name in BATCH_RESOURCES}
-        reason = batchcalc.zero_reason(why, computed, self.options.node_name if inputs.node is None else None)
-        for name, value in result.items():
-            self.metrics.allocatable.labels(node=self.options.node_name, resource=name, unit=UNITS[name]).set(value)
+        zero = batchcalc.zero_reason(why, computed, self.options.node_name if inputs.node is None else None)
+        reason = "; ".join([*raised, *([zero] if zero else [])]) or None
+        self._gauges(result)
         return BatchDecision(result, wanted, reason)
+
+    def _gauges(self, values: dict[str, int]) -> None:
+        for name, value in values.items():
+            self.metrics.allocatable.labels(node=self.options.node_name, resource=name, unit=UNITS[name]).set(value)
 
     def _compute(self, sample: Sample | None, inputs: Inputs) -> batchcalc.BatchResult:
         colo = inputs.colocation
@@ -95,7 +125,7 @@ class BatchResources(Shared):
         """Publish the values in the node status when they moved enough (or it is time), unless another writer
         has taken them over."""
         node_name = self.options.node_name
-        if not self.on or not self.writes_node(inputs.node):
+        if not self.on or decision.hold or not self.writes_node(inputs.node):
             return
         colo = inputs.colocation
         current = batchcalc.published(inputs.status.get("allocatable"))
@@ -107,7 +137,7 @@ class BatchResources(Shared):
         self._seen = current
         wanted = decision.wanted
         if not batchcalc.needs_update(current, wanted, self.last_update, now, colo.resourceDiffThreshold,
-                                      colo.updateTimeThresholdSeconds):
+                                      colo.updateTimeThresholdSeconds, colo.metricReportIntervalSeconds):
             return
         body = batchcalc.status_patch(wanted)
         if self.options.dry_run:

@@ -135,6 +135,8 @@ class CfsQuota:
         if given is None:
             return SuppressTarget()   # CPU is a rate: the first cycle has none
         period = tier.period or DEFAULT_CFS_PERIOD
+        # None (a move within the band) leaves the tier as it is, and with it, on cgroup v1, the BE folders
+        # clamped under it: plan_writes fits them to the quota the tier holds, which they already fit.
         return SuppressTarget(quota=suppress.next_be_quota(suppress.be_quota(given.milli, period), tier.quota,
                                                            suppress.capacity_cores(given.capacity_milli), period))
 

@@ -1,5 +1,7 @@
 """The node condition ``BEMemoryPressure``: True while a memory threshold is met, False when none is; the
-agent's own condition, patched into the node status when it changes."""
+agent's own condition, patched into the node status when its status, reason or message changes (the thresholds
+met are in the message), with ``lastTransitionTime`` moved only when the status does (``NodeCondition`` in
+``staging/src/k8s.io/api/core/v1/types.go``: "Last time the condition transit from one status to another")."""
 
 from __future__ import annotations
 
@@ -33,7 +35,12 @@ class NodeCondition(Shared):
     def __init__(self, options: AgentOptions, coexistence: Coexistence, actions: KubeActions | None,
                  metrics: AgentMetrics) -> None:
         super().__init__(options, coexistence, actions, metrics)
-        self.last_status: str | None = None      # the status the agent last set
+        self.last: Condition | None = None       # the condition the agent last set
+        self.last_transition: str | None = None  # and its lastTransitionTime
+
+    @property
+    def last_status(self) -> str | None:
+        return self.last.status if self.last is not None else None
 
     def decide(self, pressure: bool, observed: Sequence[str]) -> Condition:
         """The condition for ``pressure`` (``observed``: the thresholds met, described)."""
@@ -53,17 +60,24 @@ class NodeCondition(Shared):
         """Patch ``cond`` into the node status when it differs from the one there (or the one last set)."""
         if node is None or not self.writes_node(node):
             return
-        on_node = next((c for c in ((node.get("status") or {}).get("conditions") or [])
-                        if c.get("type") == PRESSURE_CONDITION), None)
-        known = self.last_status if self.last_status is not None else (on_node or {}).get("status")
-        if known == cond.status or (known is None and cond.reason == EVICTION_DISABLED_REASON):
+        on_node: dict[str, Any] = next((c for c in ((node.get("status") or {}).get("conditions") or [])
+                                        if isinstance(c, dict) and c.get("type") == PRESSURE_CONDITION), {})
+        # What the agent last set, else (a restart) what the node holds: the node in the cache may not show the
+        # last patch yet.
+        if self.last is not None:
+            known, since = self.last.as_dict(), self.last_transition
+        else:
+            known, since = on_node, on_node.get("lastTransitionTime")
+        if (not known and cond.reason == EVICTION_DISABLED_REASON) or all(
+                known.get(k) == v for k, v in cond.as_dict().items()):
             return
         stamp = _wall()
+        transition = since if known.get("status") == cond.status and isinstance(since, str) and since else stamp
         body = {"status": {"conditions": [{**cond.as_dict(), "lastHeartbeatTime": stamp,
-                                           "lastTransitionTime": stamp}]}}
+                                           "lastTransitionTime": transition}]}}
         if self.options.dry_run:
             log.info("dry-run: would set node condition %s=%s (%s)", PRESSURE_CONDITION, cond.status,
                      cond.message)
-            self.last_status = cond.status
-        elif self.actions is not None and self.actions.patch_node_status(body):
-            self.last_status = cond.status
+        elif self.actions is None or not self.actions.patch_node_status(body):
+            return
+        self.last, self.last_transition = cond, transition

@@ -106,17 +106,56 @@ def batch_allocatable(alloc_cpu_milli: int, alloc_memory: int, node_cpu_milli: f
 
 def withheld(enabled: bool, config: str | None, last_sample: float | None, now: float,
              degrade_minutes: float) -> str | None:
-    """Why the formula does not run (batch resources are 0, or withdrawn), or None when it does. ``config``: the
-    slo-controller-config ConfigMap's namespace/name, None when there is none."""
+    """Why the formula does not run (batch resources are 0, withdrawn, or held: ``holding``), or None when it
+    does. ``config``: the slo-controller-config ConfigMap's namespace/name, None when there is none."""
     if not enabled:
         if config is None:
             return "colocation is off: no slo-controller-config ConfigMap (off by default)"
         return f"colocation is disabled in slo-controller-config {config} (colocation-config enable, for this node)"
+    if last_sample is None:
+        return NOTHING_MEASURED
     if degraded(last_sample, now, degrade_minutes):
-        if last_sample is None:
-            return "no usage measured yet"
         return f"usage data older than {degrade_minutes:g} minutes (degradeTimeMinutes)"
     return None
+
+
+NOTHING_MEASURED = "no usage measured yet"
+NO_CPU_RATE = "no CPU usage rate measured yet (a rate needs two samples)"
+
+
+def holding(why: str | None, started: float, now: float, degrade_minutes: float) -> bool:
+    """Whether the values on the node are left as they are, neither recomputed nor withdrawn: an agent with no
+    sample yet (just started, or its collectors failing since) knows nothing new, and what an earlier run
+    published is better than 0 or nothing (a kubelet restart re-admits bound pods against it), until
+    ``degrade_minutes`` after it ``started``; likewise while no CPU rate is measured (the first sample has none:
+    counting it as 0 published 1950 milli-cores where a second later the node had 940)."""
+    return why in (NOTHING_MEASURED, NO_CPU_RATE) and not degraded(started, now, degrade_minutes)
+
+
+def admitted(pods: Iterable[tuple[int, int]]) -> dict[str, int]:
+    """The batch requests of the pods bound to the node and not finished, summed: (batch-cpu, batch-memory) each.
+    The kubelet admits its pods again against the node's allocatable whenever it restarts (pkg/kubelet/lifecycle
+    ``predicateAdmitHandler``, through ``noderesources.Fits``) and fails a pod that no longer fits
+    (``OutOf<resource>``): publishing less than this would let a kubelet restart kill running BE pods."""
+    cpu = memory = 0
+    for pod_cpu, pod_memory in pods:
+        cpu += pod_cpu
+        memory += pod_memory
+    return {BATCH_CPU: cpu, BATCH_MEMORY: memory}
+
+
+def with_floor(computed: Mapping[str, int], floor: Mapping[str, int]) -> tuple[dict[str, int], tuple[str, ...]]:
+    """``computed`` raised to ``floor`` resource by resource, and a line for each value raised. The scheduler's view
+    does not change: it fits a pod against allocatable − Σ requests, which is ≤ 0 either way once the formula is
+    below the requests, so no new batch pod is placed; the pressure is left to suppression and eviction."""
+    out, raised = dict(computed), []
+    for name, value in computed.items():
+        least = floor.get(name, 0)
+        if least > value:
+            out[name] = least
+            raised.append(f"{name} held at {least} (the requests of the pods bound to the node) above the "
+                          f"formula's {value}, so that a kubelet restart admits them again")
+    return out, tuple(raised)
 
 
 def zero_reason(withheld_why: str | None, result: BatchResult | None, node: str | None) -> str | None:
@@ -198,14 +237,21 @@ def published(status: Mapping[str, object] | None) -> dict[str, int]:
 
 
 def needs_update(current: Mapping[str, int], wanted: Mapping[str, int] | None, last_update: float | None,
-                 now: float, diff_threshold: float, update_seconds: float) -> bool:
-    """Koordinator's anti-churn (``isNodeResourceSyncNeeded``); ``wanted`` None means remove them."""
+                 now: float, diff_threshold: float, update_seconds: float, report_seconds: float = 0) -> bool:
+    """Koordinator's anti-churn (``isNodeResourceSyncNeeded``); ``wanted`` None means remove them.
+
+    koord-manager recomputes a node when its NodeMetric is reported, every ``metricReportIntervalSeconds``
+    (60 s): a value that moved by more than ``diff_threshold`` is written at most that often. The agent
+    measures every second, so without that interval a value near a 10 % step was written many times a minute
+    (154 writes in 13.5 minutes on a real node). A missing value and a removal are written at once."""
     if wanted is None:
         return any(name in current for name in BATCH_RESOURCES)
     if any(name not in current for name in wanted):
         return True
     if last_update is None or now - last_update > update_seconds:
         return True
+    if now - last_update < report_seconds:
+        return False
     return any(abs(new - current[name]) > current[name] * diff_threshold for name, new in wanted.items())
 
 

@@ -4,8 +4,21 @@
     systemUsage  = max(node usage − Σ usage(all pods), node reserved)
 
 in milli-cores, floored at capacity × cpuSuppressMinPercent/100 when that is set. The besteffort QoS
-cgroup's quota is then ``suppress × period / 1000`` µs, never below 2000 µs, left alone when it would move
-by less than 1 % of the node's cores, and raised by at most 10 % of the node's cores per cycle.
+cgroup's quota is then ``suppress × period / 1000`` µs, never below 2000 µs, and raised by at most 10 % of the
+node's cores per cycle. It is left alone (hysteresis) unless the target moves by at least
+
+    max(1 % of the node's cores, 0.1 core, 5 % of the current quota)    for a fall (written whole, at once)
+    max(1 % of the node's cores, 0.1 core, 10 % of the current quota)   for a rise
+
+or is the 2000 µs floor. koordlet (``adjustByCfsQuota`` in
+``pkg/koordlet/qosmanager/plugins/cpusuppress/cpu_suppress.go``) has only the first term, both ways: on a
+small node that is below the noise between 1 s samples (2000 µs on 2 CPUs): the quota was rewritten about
+every second, and on cgroup v1 every BE folder clamped under it with it (docs/agent.md, BE CPU suppression).
+The noise is absolute where BE gets little (LS and system usage jitter between samples: the 0.1 core) and
+grows with the quota where BE gets much (the 5 and 10 %). A fall makes room for LS, so it needs half the move
+a rise needs (a rise can wait) and is never stepped; what BE may hold over its budget meanwhile (one band) is
+small beside the headroom the threshold keeps for LS (35 % of the node at 65 %).
+
 A pod counts as BE when its Koordinator QoS is BE or its kubelet QoS is BestEffort (both live in the
 besteffort cgroup); a measured pod the agent has no object for counts as non-BE.
 """
@@ -23,7 +36,10 @@ from webhook.core.resources import CPU
 
 CFS_QUOTA_POLICY = "cfsQuota"
 BE_MIN_QUOTA = 2000                 # µs per period: koordlet's floor for the besteffort quota
-BYPASS_DELTA_RATIO = 0.01           # smaller moves than 1 % of the node's cores are not written
+BYPASS_DELTA_RATIO = 0.01           # koordlet: smaller moves than 1 % of the node's cores are not written
+NOISE_BAND_MILLI = 100              # nor smaller than 0.1 core: LS and system usage jitter that much per sample
+FALL_BAND_RATIO = 0.05              # nor a fall of less than 5 % of the current quota,
+RISE_BAND_RATIO = 0.10              # or a rise of less than 10 % of it: BE's rise can wait, LS's need cannot
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,14 +78,17 @@ def be_quota(milli: int, period: int) -> int:
 
 
 def next_be_quota(target: int, current: int, capacity_cores: int, period: int) -> int | None:
-    """The quota to write this cycle, or None to leave ``current`` (a move too small to matter)."""
-    if current != UNLIMITED and abs(target - current) < capacity_cores * period * BYPASS_DELTA_RATIO \
-            and target != BE_MIN_QUOTA:
+    """The quota to write this cycle, or None to leave ``current`` (a move within the noise: module docstring)."""
+    if target == current:
         return None
-    step = int(capacity_cores * period * MAX_INCREASE_RATIO)
-    if current != UNLIMITED and target - current > step:
-        target = current + step  # scale up slowly once a quota is in place
-    return None if target == current else target
+    if current == UNLIMITED or target == BE_MIN_QUOTA:
+        return target            # the first quota goes straight there, and the floor always (koordlet)
+    band = max(capacity_cores * period * BYPASS_DELTA_RATIO, NOISE_BAND_MILLI * period / 1000)
+    if target < current:
+        return target if current - target >= max(band, current * FALL_BAND_RATIO) else None
+    if target - current < max(band, current * RISE_BAND_RATIO):
+        return None
+    return min(target, current + int(capacity_cores * period * MAX_INCREASE_RATIO))   # scale up slowly
 
 
 def _quantity_milli(raw: Any) -> int | None:

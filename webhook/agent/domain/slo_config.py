@@ -34,6 +34,7 @@ class _Strict(BaseModel):
 class ColocationStrategy(_Strict):
     enable: bool | None = None
     metricAggregateDurationSeconds: int | None = Field(None, ge=1)
+    metricReportIntervalSeconds: int | None = Field(None, ge=1)
     cpuReclaimThresholdPercent: int | None = Field(None, ge=0)
     memoryReclaimThresholdPercent: int | None = Field(None, ge=0)
     memoryCalculatePolicy: Literal["usage", "request", "maxUsageRequest"] | None = None
@@ -57,6 +58,7 @@ class Colocation:
 
     enable: bool = False
     metricAggregateDurationSeconds: int = 60
+    metricReportIntervalSeconds: int = 60     # koord-manager recomputes a node once per NodeMetric report
     cpuReclaimThresholdPercent: int = 65
     memoryReclaimThresholdPercent: int = 65
     memoryCalculatePolicy: str = "usage"
