@@ -144,6 +144,21 @@ class Node:
             time.sleep(0.5)
         raise RuntimeError(f"node {self.name} not Ready within {seconds:.0f} s: {_tail(self.kubelet_log)}")
 
+    def status_writes(self, user: str) -> list[float]:
+        """When ``user`` wrote this node's status (the apiserver's audit log, seconds since the epoch)."""
+        import datetime as dt
+
+        out = []
+        log = self.folder / "audit.log"
+        for line in (log.read_text().splitlines() if log.exists() else []):
+            event = json.loads(line)
+            ref = event.get("objectRef") or {}
+            if (event.get("user", {}).get("username") == user and ref.get("name") == self.name
+                    and ref.get("subresource") == "status" and event.get("stage") == "ResponseComplete"):
+                stamp = event["requestReceivedTimestamp"].replace("Z", "+00:00")
+                out.append(dt.datetime.fromisoformat(stamp).timestamp())
+        return out
+
     def token_kubeconfig(self, path: Path, token: str) -> Path:
         """A kubeconfig for ``token`` with the cluster's CA embedded (``certificate-authority-data``), as an
         in-cluster tool gets it."""
@@ -428,7 +443,8 @@ def started() -> Iterator[Node]:
             "--disable-admission-plugins=ServiceAccount", "--service-cluster-ip-range=10.0.0.0/24",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-account-key-file={folder / 'sa.pub'}",
-            f"--service-account-signing-key-file={folder / 'sa.key'}", "--allow-privileged=true"])
+            f"--service-account-signing-key-file={folder / 'sa.key'}", "--allow-privileged=true",
+            f"--audit-policy-file={_audit_policy(folder)}", f"--audit-log-path={folder / 'audit.log'}"])
         _wait_apiserver(node)
         admin = str(node.cluster.kubeconfig)
         node.procs["kube-controller-manager"] = _spawn(folder, "kube-controller-manager", [
@@ -457,6 +473,17 @@ def started() -> Iterator[Node]:
         yield node
     finally:
         _teardown(node, saved)
+
+
+def _audit_policy(folder: Path) -> Path:
+    """Who writes the nodes' status, and nothing else: the figure of node status writes per minute is counted
+    at the apiserver, by writer."""
+    path = folder / "audit-policy.json"
+    path.write_text(json.dumps({"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+                                "rules": [{"level": "Metadata", "verbs": ["patch", "update"],
+                                           "resources": [{"group": "", "resources": ["nodes/status"]}]},
+                                          {"level": "None"}]}))
+    return path
 
 
 def _wait_for(ready: Any, what: str, seconds: float) -> None:

@@ -47,3 +47,17 @@ def test_a_real_apiserver_benchmark_runs_or_says_why_not(script: str, args: list
     assert done.returncode == 0, done.stderr[-2000:]
     reason = real_apiserver.skip_reason()
     assert (f"skipped: {reason}" if reason else printed) in done.stdout, done.stdout[-2000:]
+
+
+def test_the_real_node_benchmark_says_why_not_without_one() -> None:
+    """bench/real_node.py without the parts says so and exits 0; with them it takes minutes and must run alone
+    (a kubelet removes the pod cgroups of the kernel tests running beside it), so it is not started here."""
+    from harness import real_node
+
+    reason = real_node.skip_reason()
+    if reason is None:
+        pytest.skip("a real node is configured: run bench/real_node.py on its own (docs/agent.md)")
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "real_node.py"), "--minutes", "0.1"], cwd=ROOT,
+                          env=ENV, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"skipped: {reason}" in done.stdout

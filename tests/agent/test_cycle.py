@@ -109,8 +109,10 @@ def test_once_without_configmap_is_off(tmp_path: Path, capsys: pytest.CaptureFix
                           "--cgroup-root", str(cg))
     assert rc == 0
     assert out["evictions"] == [] and out["releaseTargetBytes"] == 0
-    assert out["batch"] == {"kubernetes.io/batch-cpu": 0, "kubernetes.io/batch-memory": 0}
-    assert out["batchReason"] == "colocation is off: no slo-controller-config ConfigMap (off by default)"
+    # Off, but for what the node's BE pods request (4000, 8Gi): a kubelet restart keeps them admitted.
+    assert out["batch"] == {"kubernetes.io/batch-cpu": 4000, "kubernetes.io/batch-memory": 8 * GI}
+    assert out["batchReason"].startswith("colocation is off: no slo-controller-config ConfigMap (off by default); "
+                                         "kubernetes.io/batch-cpu held at 4000 ")
     assert out["conditions"][0]["status"] == "False"
 
 
@@ -133,7 +135,7 @@ def test_once_with_colocation_disabled_says_so(tmp_path: Path, capsys: pytest.Ca
     rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
                             "--cgroup-root", str(cg))
     assert rc == 0, err
-    assert out["batch"] == {"kubernetes.io/batch-cpu": 0, "kubernetes.io/batch-memory": 0}
+    assert out["batch"] == {"kubernetes.io/batch-cpu": 4000, "kubernetes.io/batch-memory": 8 * GI}
     assert out["batchReason"].startswith("colocation is disabled in slo-controller-config ")
 
 

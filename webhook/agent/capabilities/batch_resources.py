@@ -42,6 +42,7 @@ class BatchResources(Shared):
         self._written: list[dict[str, int]] = []   # the agent's last few writes of them ({}: removed)
         self._held: str | None = None              # the reason last logged for holding
         self._raised: frozenset[str] = frozenset()  # the resources last logged as raised to the pods' requests
+        self._withdrawn: str | None = None          # the reason last logged for withdrawing
 
     @property
     def on(self) -> bool:
@@ -75,26 +76,24 @@ class BatchResources(Shared):
             self._gauges(shown)
             return BatchDecision(shown, None, f"{why}: the node's values are left as they are", hold=True)
         self._held = None
-        wanted: dict[str, int] | None = None
-        computed = None
-        raised: tuple[str, ...] = ()
-        if why is None:
-            computed = self._compute(sample, inputs)
-            floor = batchcalc.admitted((v.batch_cpu_request, v.batch_memory_request)
-                                       for v in inputs.pods if not v.finished)
-            wanted, raised = batchcalc.with_floor(computed.resources(), floor)
-            result = wanted
-            names = frozenset(line.split(" ", 1)[0] for line in raised)
-            if names != self._raised:       # said when it starts or stops, not every cycle
-                for line in raised:
-                    log.info("batch resources: %s", line)
-                self._raised = names
-        else:
-            if colo.enable:
-                log.warning("%s: withdrawing batch resources", why)
-            result = {name: 0 for name in BATCH_RESOURCES}
+        computed = self._compute(sample, inputs) if why is None else None
+        floor = batchcalc.admitted((v.batch_cpu_request, v.batch_memory_request)
+                                   for v in inputs.pods if not v.finished)
+        # Withdrawn (colocation off, usage data too old) is 0 but for what bound pods request: they stay admitted.
+        result, raised = batchcalc.with_floor(
+            computed.resources() if computed is not None else dict.fromkeys(BATCH_RESOURCES, 0), floor)
+        wanted: dict[str, int] | None = result if computed is not None or any(result.values()) else None
+        if why is not None and colo.enable and why != self._withdrawn:
+            log.warning("%s: withdrawing batch resources%s", why,
+                        "" if wanted is None else " but for what the pods bound to the node request")
+        self._withdrawn = why
+        names = frozenset(line.split(" ", 1)[0] for line in raised)
+        if names != self._raised:       # said when it starts or stops, not every cycle
+            for line in raised:
+                log.info("batch resources: %s", line)
+            self._raised = names
         zero = batchcalc.zero_reason(why, computed, self.options.node_name if inputs.node is None else None)
-        reason = "; ".join([*raised, *([zero] if zero else [])]) or None
+        reason = "; ".join([*([zero] if zero else []), *raised]) or None
         self._gauges(result)
         return BatchDecision(result, wanted, reason)
 

@@ -153,8 +153,8 @@ def with_floor(computed: Mapping[str, int], floor: Mapping[str, int]) -> tuple[d
         least = floor.get(name, 0)
         if least > value:
             out[name] = least
-            raised.append(f"{name} held at {least} (the requests of the pods bound to the node) above the "
-                          f"formula's {value}, so that a kubelet restart admits them again")
+            raised.append(f"{name} held at {least} (the requests of the pods bound to the node) above "
+                          f"{value}, so that a kubelet restart admits them again")
     return out, tuple(raised)
 
 
