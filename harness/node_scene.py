@@ -237,7 +237,9 @@ class Eviction:
     """One memory eviction timed: seconds from the node crossing the watermark."""
 
     requested: float                # to the Eviction request (the agent's Event, stamped in microseconds)
-    killed: float                   # to the pod's processes gone from its cgroups
+    signalled: float | None         # to the kubelet stopping the container (its log; None: not found)
+    killed: float                   # to the pod's processes gone from its cgroups (``sleep`` as PID 1 ignores
+                                    # SIGTERM: the end of the grace period)
     gone: float                     # to the pod gone from the apiserver (its grace period, 2 s here)
     event: dict[str, Any]
 
@@ -274,8 +276,22 @@ def evict_a_holder(scene: Scene, name: str, colocation_config: dict[str, Any], t
     events = scene.node.get("events.v1.events.k8s.io", "-n", NS)["items"]
     (event,) = [e for e in events if e.get("reason") == "evictPodSuccess" and e["regarding"]["name"] == name]
     requested = dt.datetime.fromisoformat(event["eventTime"].replace("Z", "+00:00")).timestamp()
+    signalled = _kubelet_kill(scene.node, name)
     scene.config(colocation_config, thresholds)
-    return Eviction(requested - wall, dead - crossed, removed - crossed, event)
+    return Eviction(requested - wall, None if signalled is None else signalled - wall, dead - crossed,
+                    removed - crossed, event)
+
+
+def _kubelet_kill(node: real_node.Node, pod: str) -> float | None:
+    """When the kubelet began stopping ``pod``'s container (klog's ``I1201 21:22:25.850510`` stamps, local time)."""
+    found = None
+    for line in real_node._tail(node.kubelet_log, 10**9).splitlines():
+        if "Killing container with a grace period" in line and f'pod="{NS}/{pod}"' in line:
+            found = line
+    if found is None:
+        return None
+    stamp = dt.datetime.strptime(f"{dt.date.today().year}{found[1:21]}", "%Y%m%d %H:%M:%S.%f")
+    return stamp.astimezone().timestamp()
 
 
 @dataclass(frozen=True)
