@@ -87,9 +87,19 @@ def state(*objects: dict[str, Any]) -> ClusterState:
 
 def validate(obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None,
              cluster: ClusterState | None = None, limited: list[dict[str, Any]] | None = None,
-             explain: list[str] | None = None) -> Any:
-    return chain.validate(request(obj, operation, old), cluster or state(),
+             explain: list[str] | None = None, sub: str = "") -> Any:
+    return chain.validate(request(obj, operation, old, sub), cluster or state(),
                           chain.Settings(limited_resources=limited or []), explain)
+
+
+def resized(obj: dict[str, Any], **requests: str) -> dict[str, Any]:
+    """``obj`` with its first container's requests and limits changed as a ``pods/resize`` changes them."""
+    out = copy.deepcopy(obj)
+    res = out["spec"]["containers"][0].setdefault("resources", {})
+    for kind in ("requests", "limits"):
+        if kind in res or kind == "requests":
+            res.setdefault(kind, {}).update(requests)
+    return out
 
 
 def with_labels(obj: dict[str, Any], **labels: str) -> dict[str, Any]:

@@ -222,6 +222,7 @@ def test_what_is_kept_is_every_field_of_the_api_but_managed_fields() -> None:
 
 def test_is_pod_is_worked_out_whatever_the_body_says() -> None:
     assert decode_review(_envelope(subResource="status", is_pod=True)).request.is_pod is False
+    assert decode_review(_envelope(subResource="resize")).request.is_pod is True     # in-place resize: judged
     assert decode_review(_envelope(is_pod=False)).request.is_pod is True
     assert decode_review(_envelope(resource={"group": "apps", "version": "v1", "resource": "pods"})).request.is_pod \
         is False

@@ -262,7 +262,8 @@ def test_webhook_rules(objects: list[Obj]) -> None:
     rules = {kind: hook["rules"] for kind, hook in _webhooks(objects)}
     pods = {"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"], "scope": "Namespaced"}
     assert rules["MutatingWebhookConfiguration"] == [{**pods, "operations": ["CREATE"]}]
-    assert rules["ValidatingWebhookConfiguration"] == [{**pods, "operations": ["CREATE", "UPDATE"]}]
+    assert rules["ValidatingWebhookConfiguration"] == [{**pods, "resources": ["pods", "pods/resize"],
+                                                        "operations": ["CREATE", "UPDATE"]}]
     mutating = _one(objects, "MutatingWebhookConfiguration")["webhooks"][0]
     assert mutating["reinvocationPolicy"] == "IfNeeded"
 

@@ -87,6 +87,12 @@ class GroupVersionResource(msgspec.Struct):
     resource: str
 
 
+# Of a pod's subresources, those whose object the rules judge: "" (the pod itself) and "resize", which changes the
+# containers' (and the pod's) cpu and memory (pkg/registry/core/pod/storage/storage.go ResizeREST). Status, binding,
+# eviction, ephemeralcontainers and the rest change nothing the rules look at.
+JUDGED_SUBRESOURCES = ("", "resize")
+
+
 class AdmissionRequest(msgspec.Struct, kw_only=True, dict=True):  # dict: room for is_pod's cached value
     """The fields of an AdmissionReview's request that the webhook reads or keeps."""
 
@@ -105,9 +111,12 @@ class AdmissionRequest(msgspec.Struct, kw_only=True, dict=True):  # dict: room f
 
     @cached_property
     def is_pod(self) -> bool:
-        """A pod itself (not a subresource): what every rule asks first, so worked out once. Not a field: no
-        body can set it."""
-        return self.resource.resource == "pods" and self.resource.group == "" and not self.subResource
+        """A pod's own object: the pod, or its ``resize`` subresource (in-place resize, GA in 1.35: the one
+        subresource that changes what the rules judge, its object the whole Pod, always an UPDATE, so judged as an
+        UPDATE is, ratcheting included). What every rule asks first, so worked out once. Not a field: no body can
+        set it."""
+        return (self.resource.resource == "pods" and self.resource.group == ""
+                and self.subResource in JUDGED_SUBRESOURCES)
 
 
 class AdmissionReview(msgspec.Struct):

@@ -403,8 +403,9 @@ def policy() -> dict[str, Any]:
             # Fail: an expression that errs (a cost limit hit) refuses rather than lets a pod through unchecked.
             "failurePolicy": "Fail",
             "matchConstraints": {
+                # pods/resize (in-place resize) is an UPDATE of the whole pod: judged, and ratcheted, as one.
                 "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
-                                   "resources": ["pods"], "scope": "Namespaced"}],
+                                   "resources": ["pods", "pods/resize"], "scope": "Namespaced"}],
                 "matchPolicy": "Equivalent",
             },
             "variables": variables(),

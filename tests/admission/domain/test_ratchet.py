@@ -264,16 +264,20 @@ def _webhook_rules(kind: str) -> list[dict[str, Any]]:
     return [rule for hook in config["webhooks"] for rule in hook["rules"]]
 
 
-def test_pods_resize_is_not_sent_to_the_webhook_and_skipped_if_it_were() -> None:
-    """In-place resize (pods/resize, 1.33+) is a subresource: the configurations register bare ``pods``, so the
-    apiserver never sends it; a review of one that arrives anyway is skipped by every rule, as Koordinator does."""
-    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
-        assert [r["resources"] for r in _webhook_rules(kind)] == [["pods"]], kind
+def test_pods_resize_is_sent_to_the_validating_webhook_and_judged_as_an_update() -> None:
+    """In-place resize (pods/resize, GA in 1.35) is a subresource: the validating configuration registers it beside
+    ``pods``, the mutating one does not (nothing is converted on a resize), and a review of one is judged as an
+    UPDATE, ratcheting included. Koordinator registers bare ``pods`` and never sees one (issue 41)."""
+    assert [r["resources"] for r in _webhook_rules("MutatingWebhookConfiguration")] == [["pods"]]
+    assert [r["resources"] for r in _webhook_rules("ValidatingWebhookConfiguration")] == [["pods", "pods/resize"]]
     old, new = lsr("2"), lsr("1500m")
     explain: list[str] = []
     d = chain.validate(request(new, "UPDATE", old, sub="resize"), state(), chain.Settings(), explain)
-    assert d.allowed and d.warnings == []
-    assert explain == [f"[{r.NAME}] skipped: does not handle UPDATE pods/resize" for r in chain.VALIDATING]
+    assert (d.allowed, d.rule) == (False, "koordinator-rules")
+    assert "the requested CPUs of LSR Pod must be integer" in d.message
+    assert d.message == chain.validate(request(new, "UPDATE", old), state(), chain.Settings()).message
+    carried = chain.validate(request(lsr("1500m"), "UPDATE", lsr("1500m"), sub="resize"), state(), chain.Settings())
+    assert carried.allowed and carried.warnings
 
 
 def test_no_mutating_rule_handles_update() -> None:

@@ -14,6 +14,7 @@ from tests.validating_helpers import (
     expect,
     one_container,
     pod,
+    resized,
     validate,
 )
 from webhook.core.quantity import ERR_FORMAT, ERR_NUMERIC, ERR_SUFFIX
@@ -136,3 +137,14 @@ def test_the_mutating_chain_refuses_the_same_outline(name: str, obj: dict, messa
 def test_malformed_old_object_on_update() -> None:
     d = validate(batch(), "UPDATE", old={"metadata": {}, "spec": None})
     assert (d.code, d.message) == (400, "oldObject.spec: Required value: a pod needs a spec")
+
+
+def test_a_resize_of_a_mixed_pod_is_allowed_and_said() -> None:
+    """A pod admitted mixing batch-cpu and memory (the webhook down, no policy): resizing it brings no mix it did
+    not have (ratcheting), with the carried finding said in a warning. A pod with batch resources only cannot be
+    given native cpu or memory by a resize: its QoS class would change, which the apiserver refuses first
+    (``ValidatePodResize``: "Pod QOS Class may not change as a result of resizing")."""
+    mixed = be_pod([container("app", {BATCH_CPU: "500", "memory": "64Mi"})])
+    decision = validate(resized(mixed, memory="128Mi"), "UPDATE", old=mixed, sub="resize")
+    expect(decision, "batch-mixing", None)
+    assert decision.warnings[0].startswith("batch-mixing: already so before this update, allowed: ")

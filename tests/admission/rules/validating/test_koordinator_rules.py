@@ -9,7 +9,17 @@ import pytest
 from msgspec.structs import replace
 
 from tests.conftest import load_fixture
-from tests.validating_helpers import BATCH_CPU, BATCH_MEMORY, batch, container, expect, pod, state, validate
+from tests.validating_helpers import (
+    BATCH_CPU,
+    BATCH_MEMORY,
+    batch,
+    container,
+    expect,
+    pod,
+    resized,
+    state,
+    validate,
+)
 from webhook.admission import chain
 from webhook.admission.review import review_from_dict
 
@@ -184,3 +194,26 @@ def test_recorded_update_label_changing_qos_is_denied() -> None:
 def test_recorded_plain_pods_pass(name: str) -> None:
     d = chain.validate(_fixture(name), state(), chain.Settings())
     assert d.allowed, d.message
+
+
+# -- pods/resize: judged as an UPDATE (issue 41; docs/admission-rules-validating.md, "In-place resize") ----------
+LSR = q("LSR", 9000, {"cpu": "2", "memory": "64Mi"}, priority_class="koord-prod")
+LSR_FRACTION = q("LSR", 9000, {"cpu": "1500m", "memory": "64Mi"}, priority_class="koord-prod")
+
+
+@pytest.mark.parametrize(("name", "old", "new", "message"), [
+    ("whole cpus stay whole", LSR, resized(LSR, cpu="3"), None),
+    ("a fraction the resize brings", LSR, resized(LSR, cpu="1500m"), not_integer("1500m")),
+    ("a fraction the pod had, memory resized", LSR_FRACTION, resized(LSR_FRACTION, memory="128Mi"), None),
+    ("a fraction the pod had, moved to another", LSR_FRACTION, resized(LSR_FRACTION, cpu="1700m"),
+     not_integer("1700m")),
+    ("a fraction the pod had, made whole", LSR_FRACTION, resized(LSR_FRACTION, cpu="2"), None),
+])
+def test_a_resize_is_judged_as_an_update(name: str, old: dict, new: dict, message: str | None) -> None:
+    expect(validate(new, "UPDATE", old=old, sub="resize"), "koordinator-rules", message)
+
+
+def test_only_the_resize_subresource_is_judged() -> None:
+    """The pod's other subresources (status, binding, ephemeralcontainers...) change nothing the rules read."""
+    for sub in ("status", "binding", "ephemeralcontainers"):
+        assert validate(resized(LSR, cpu="1500m"), "UPDATE", old=LSR, sub=sub).allowed, sub
