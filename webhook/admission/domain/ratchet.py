@@ -4,7 +4,8 @@ A pod admitted before the webhook was installed, or while it was down under ``fa
 what the rules refuse today (a fractional batch-cpu, a batch/native mix). Its resources cannot change on UPDATE
 (only through ``pods/resize``, judged the same way), so judging the new object alone would refuse every update of
 it, down to the removal of a finalizer (the pod would hang in Terminating), and every resize of its memory.
-Kubernetes calls the cure ratcheting (CRD validation does it since 1.30): an error the old object already had is not the update's.
+Kubernetes calls the cure ratcheting (CRD validation does it since 1.30): an error the old object already had is
+not the update's.
 
 A finding is compared by its whole text: field path, value and problem. A value the update changes is judged
 anew, as CRD ratcheting judges a changed field: ``0.5`` -> ``0.7`` is refused, ``0.5`` kept is not.
