@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,11 @@ from tests.serving import FIXTURES, Server, run_server
 from webhook.cluster.files import FilesSource
 from webhook.cluster.sources import example_folder
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+
+# No test meets the kubeconfig of the machine it runs on: a command that needs a cluster and is given none finds one
+# as kubectl does ($KUBECONFIG, then ~/.kube/config), and would talk to that cluster. A $KUBECONFIG naming no file
+# finds none, as kubectl; child processes inherit it.
+os.environ["KUBECONFIG"] = "/nonexistent/colocation-webhook-tests/kubeconfig"
 
 # The four Koordinator PriorityClasses as the recorded cluster has them, for tests' cluster-state folders.
 KOORD_PRIORITY_CLASSES_YAML = "---\n".join(

@@ -24,6 +24,8 @@ ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
     ("state_memory.py", ["--sizes", "20", "--profiles", "5", "--classes", "5"], "MiB"),  # serve, as deployed
     ("state_memory.py", ["--sizes", "20", "--profiles", "5", "--classes", "5", "--source", "files", "--burst", "1"],
      "MiB  "),  # serve --cluster-state, and the peak through a burst
+    ("yaml_bomb.py", ["--levels", "3,9", "--before", "3", "--pods", "5", "--repeats", "1"],
+     "bomb-9.yaml:9: yaml: document contains excessive aliasing"),
 ])
 def test_an_in_process_benchmark_runs(script: str, args: list[str], printed: str) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, env=ENV,

@@ -1,9 +1,14 @@
 """colocation-webhook: a colocation admission webhook and node agent for Kubernetes (Koordinator-compatible)."""
 
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
-from webhook.compiled import UNRECORDED, bypass_stale, stale_warning
+from webhook.cli.interrupt import guard
+
+guard()  # first: a Ctrl-C while a program imports the rest is its one line, not a traceback (webhook/cli/interrupt.py)
+
+from importlib.metadata import PackageNotFoundError, version  # noqa: E402
+
+from webhook.compiled import UNRECORDED, bypass_stale, stale_warning  # noqa: E402
 
 try:
     __version__ = version("colocation-webhook")

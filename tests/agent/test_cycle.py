@@ -16,6 +16,7 @@ from webhook.agent.actions import API_CALLS, EvictOutcome, KubeActions
 from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
 from webhook.agent.domain.thresholds import parse_thresholds
+from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.cli import agent as cli
 from webhook.cluster.files import FilesSource
@@ -85,8 +86,10 @@ def test_once_over_files_state(tmp_path: Path, capsys: pytest.CaptureFixture[str
                             "--cgroup-root", str(cg))
     assert rc == 0, err
     assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "conditions",
-                         "cgroupWrites", "cpuSuppress", "capabilitiesOff"]
+                         "cgroupWrites", "cpuSuppress", "capabilitiesOff", "configError", "configWarnings",
+                         "configNotices"]
     assert out["capabilitiesOff"] == {}
+    assert (out["configError"], out["configWarnings"], out["configNotices"]) == (None, [], [])
     # One sample is no CPU rate: nothing is computed, and the node's values (none here) are left as they are.
     assert out["batchReason"] == ("no CPU usage rate measured yet (a rate needs two samples): the node's values "
                                   "are left as they are")
@@ -137,6 +140,73 @@ def test_once_with_colocation_disabled_says_so(tmp_path: Path, capsys: pytest.Ca
     assert rc == 0, err
     assert out["batch"] == {"kubernetes.io/batch-cpu": 4000, "kubernetes.io/batch-memory": 8 * GI}
     assert out["batchReason"].startswith("colocation is disabled in slo-controller-config ")
+
+
+TYPO_WARNING = ('slo-controller-config: resource-threshold-config: clusterStrategy: unknown key '
+                '"memoryEvictThresholdPrecent" is ignored, did you mean "memoryEvictThresholdPercent"?')
+
+
+def _typo_data() -> dict[str, str]:
+    data = recorded("configmaps-get-slo-controller-config")["data"]
+    thr = json.loads(data["resource-threshold-config"])
+    thr["clusterStrategy"] = {**thr["clusterStrategy"], "memoryEvictThresholdPrecent": 40,
+                              "cpuEvictPolicy": "evictByRealLimit"}
+    return {**data, "resource-threshold-config": json.dumps(thr)}
+
+
+@pytest.mark.parametrize("output", ["json", "text"])
+def test_once_warns_a_misspelt_key_with_the_nearest_known_one(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              output: str) -> None:
+    state = write_state(tmp_path / "state", cm_data=_typo_data())
+    proc, cg = write_node(tmp_path, 24 * GI, USAGE)
+    rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
+                            "--cgroup-root", str(cg), "--output", output)
+    assert rc == 0, err
+    assert err.count(TYPO_WARNING) == 1 and " WARNING colocation-agent: " + TYPO_WARNING in err
+    warning = TYPO_WARNING.removeprefix("slo-controller-config: ")
+    notice = ('resource-threshold-config: clusterStrategy: key "cpuEvictPolicy" is Koordinator\'s but this agent '
+              'does not act on it')
+    if output == "text":
+        assert f"config warning: {warning}\n" in out and f"config notice: {notice}\n" in out
+        return
+    assert out["configWarnings"] == [warning] and out["configNotices"] == [notice]
+    assert out["configError"] is None
+    assert out["releaseTargetBytes"] == 2405181686      # the watermark stays at 70 %: 40 % would release 14 Gi
+
+
+def test_unknown_keys_are_counted_by_section(tmp_path: Path) -> None:
+    state = _state(write_state(tmp_path / "state", cm_data=_typo_data()))
+    proc, cg = write_node(tmp_path, 8 * GI, {})
+    metrics = AgentMetrics()
+    agent = Agent(AgentOptions(NODE), Collector(proc, cg), state, metrics=metrics)
+
+    def unknown(section: str) -> float | None:
+        return metrics.registry.get_sample_value("colocation_agent_config_unknown_keys", {"section": section})
+
+    agent.cycle(now=0.0)
+    agent.cycle(now=1.0)
+    assert (unknown("resource-threshold-config"), unknown("colocation-config"), unknown("data")) == (1, 0, 0)
+    cm = state.objects("ConfigMap")[0]
+    state.upsert("ConfigMap", {**cm, "data": recorded("configmaps-get-slo-controller-config")["data"]})
+    agent.cycle(now=2.0)
+    assert unknown("resource-threshold-config") == 0
+
+
+def test_once_reports_a_wrong_type_as_invalid_not_disabled(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = recorded("configmaps-get-slo-controller-config")["data"]
+    colo = json.loads(data["colocation-config"])
+    state = write_state(tmp_path / "state", cm_data={**data, "colocation-config": json.dumps({**colo, "enable": "yes"})})
+    proc, cg = write_node(tmp_path, 24 * GI, USAGE)
+    rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
+                            "--cgroup-root", str(cg))
+    assert rc == 0, err
+    problem = 'colocation-config: enable: Input should be a valid boolean (got "yes")'
+    assert out["configError"] == problem
+    assert err.count("\n") == 1 and err.endswith(
+        f" ERROR colocation-agent: slo-controller-config: {problem}; keeping the last good configuration\n")
+    assert out["batchReason"].startswith("colocation is off: slo-controller-config koordinator-system/"
+                                         f"slo-controller-config is invalid ({problem}) and the last good "
+                                         "configuration, in force (the defaults if none was read), does not enable it")
 
 
 def test_once_kubelet_flags_always_apply(tmp_path: Path, capsys: pytest.CaptureFixture[str],
@@ -408,6 +478,28 @@ def test_invalid_config_reported_once_with_event(tmp_path: Path, srv: ReplayAPIS
     assert (event["reason"], event["action"]) == ("ColocationCfgInvalid", "LoadConfig")
     assert event["note"].startswith("colocation-config: invalid JSON")
     assert len(events.stored) == 1
+
+
+def test_a_wrong_type_keeps_the_last_good_config_and_is_reported_once(tmp_path: Path, srv: ReplayAPIServer) -> None:
+    events = EventsAPI(srv, ("koordinator-system",))
+    srv.add_exchange("nodes-status-patch-smp-add-batch")
+    state = _state(write_state(tmp_path / "state"))
+    proc, cg = write_node(tmp_path, 8 * GI, {})
+    metrics = AgentMetrics()
+    agent = Agent(AgentOptions(NODE), Collector(proc, cg), state, KubeActions(_api(srv), NODE), metrics)
+    agent.cycle(now=0.0)
+    cm = state.objects("ConfigMap")[0]
+    colo = json.loads(cm["data"]["colocation-config"])
+    state.upsert("ConfigMap", {**cm, "data": {**cm["data"], "colocation-config": json.dumps({**colo, "enable": "yes"})}})
+    outs = [agent.cycle(now=float(t)).as_dict() for t in range(1, 4)]
+    problem = 'colocation-config: enable: Input should be a valid boolean (got "yes")'
+    assert all(o["configError"] == problem for o in outs)
+    assert not any((o["batchReason"] or "").startswith("colocation is") for o in outs)   # still enabled
+    assert agent.inputs.read().colocation.enable and agent.inputs.read().memory_evict.enable
+    assert metrics.registry.get_sample_value("colocation_agent_config_errors_total") == 1
+    (event,) = [r.body for r in events.creates()]
+    assert (event["reason"], event["type"]) == ("ColocationCfgInvalid", "Warning")
+    assert event["note"] == f"{problem}; keeping the last good configuration"
 
 
 def test_kubelet_threshold_event_is_evicted(tmp_path: Path, srv: ReplayAPIServer) -> None:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
+
+import pytest
 
 from webhook.agent.inputs import ClusterInputs, pod_view
 from webhook.agent.metrics import AgentMetrics
@@ -71,3 +74,20 @@ def test_a_bad_config_is_counted_once_and_the_last_good_one_kept() -> None:
     assert inputs.read().colocation.enable
     inputs.read()
     assert metrics.registry.get_sample_value("colocation_agent_config_errors_total") == 1
+
+
+def test_key_notices_are_logged_once_and_unknown_keys_counted(caplog: pytest.LogCaptureFixture) -> None:
+    metrics = AgentMetrics()
+    state = _state([], {"colocation-config": '{"enable": true, "enabel": false, "batchCPUThresholdPercent": 50}'})
+    inputs = ClusterInputs(AgentOptions(NODE), state, None, metrics)
+    with caplog.at_level(logging.INFO, "colocation-agent"):
+        for _ in range(3):
+            read = inputs.read()
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [
+        (logging.WARNING, 'slo-controller-config: colocation-config: unknown key "enabel" is ignored, did you mean '
+                          '"enable"?'),
+        (logging.INFO, 'slo-controller-config: colocation-config: key "batchCPUThresholdPercent" is Koordinator\'s '
+                       'but this agent does not act on it')]
+    assert read.colocation.enable and [n.key for n in read.config_notices] == ["enabel", "batchCPUThresholdPercent"]
+    assert metrics.registry.get_sample_value("colocation_agent_config_unknown_keys",
+                                             {"section": "colocation-config"}) == 1

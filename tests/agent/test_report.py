@@ -11,7 +11,8 @@ def test_a_report_of_nothing_measured_names_every_field_with_its_empty_value() -
     assert CycleReport("n1").as_dict() == {
         "node": "n1", "memory": None, "releaseTargetBytes": 0, "evictions": [],
         "batch": {name: 0 for name in BATCH_RESOURCES}, "batchReason": None, "conditions": [],
-        "cgroupWrites": [], "cpuSuppress": None, "capabilitiesOff": {}}
+        "cgroupWrites": [], "cpuSuppress": None, "capabilitiesOff": {}, "configError": None, "configWarnings": [],
+        "configNotices": []}
 
 
 def test_every_part_becomes_its_json_names_in_order() -> None:
@@ -19,11 +20,14 @@ def test_every_part_becomes_its_json_names_in_order() -> None:
                          [EvictionReport("ns", "be-0", "uid-0", None, 2048, "EvictPodByNodeMemoryUsage")],
                          {"kubernetes.io/batch-cpu": 1500}, "why", [Condition("C", "True", "R", "m")],
                          [CgroupWrite("kubepods/besteffort", "cpu.cfs_quota_us", "-1")], {"cpu-suppress": "disabled"},
-                         SuppressReport("cpuset", "0-3", 4.0, None))
+                         SuppressReport("cpuset", "0-3", 4.0, None), "bad", ["typo"], ["ignored"])
     out = report.as_dict()
     assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "conditions",
-                         "cgroupWrites", "cpuSuppress", "capabilitiesOff"]
-    assert out["cpuSuppress"] == {"policy": "cpuset", "beCPUs": "0-3", "cores": 4.0, "fallback": None}
+                         "cgroupWrites", "cpuSuppress", "capabilitiesOff", "configError", "configWarnings",
+                         "configNotices"]
+    assert (out["configError"], out["configWarnings"], out["configNotices"]) == ("bad", ["typo"], ["ignored"])
+    assert out["cpuSuppress"] == {"policy": "cpuset", "beCPUs": "0-3", "cores": 4.0, "fallback": None,
+                                  "reason": None}
     assert out["memory"] == {"capacityBytes": 3072, "usedBytes": 1024, "usagePercent": 33.33}
     assert out["evictions"] == [{"namespace": "ns", "name": "be-0", "uid": "uid-0", "priority": None,
                                  "usageBytes": 2048, "reason": "EvictPodByNodeMemoryUsage"}]

@@ -5,11 +5,13 @@ patches) are skipped, each named, instead of audited as objects that exist nowhe
 from __future__ import annotations
 
 import io
+import json
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+import yaml
 
 from webhook.cli.webhook import COMMAND_CODES, main
 
@@ -158,3 +160,37 @@ def test_a_kustomization_under_another_name_is_skipped(tmp_path: Path, capsys: p
     assert code == 1  # the pod is audited (the example profile changes it)
     assert err[0] == (f"audit: skipped 1 kustomize file(s), which are no objects: {path} (a Component); to audit "
                       "what kustomize builds: kubectl kustomize DIR | colocation-webhook audit -f -")
+
+
+ANCHORED_LIST = """\
+    apiVersion: v1
+    kind: List
+    items:
+    - apiVersion: v1
+      kind: Pod
+      metadata: {name: a, namespace: default, labels: &labels {app: web, tier: front}}
+      spec:
+        containers:
+        - &container {name: c, image: nginx, resources: {requests: {cpu: 500m, memory: 256Mi}}}
+    - apiVersion: v1
+      kind: Pod
+      metadata: {name: b, namespace: default, labels: *labels}
+      spec:
+        containers:
+        - <<: *container
+          name: d
+    """
+
+
+def test_a_list_with_anchors_across_its_items_audits_as_written_out(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The items are composed one at a time and aliases of an earlier item still read (issue 41: the reader that
+    bounds aliases)."""
+    anchored = write(tmp_path, "anchored.yaml", ANCHORED_LIST)
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(json.loads(json.dumps(yaml.safe_load(anchored.read_text())))))  # unshared
+    assert "&" not in plain.read_text()
+    for output in ("json", "summary"):
+        first = audit(["-f", str(anchored), "-o", output], capsys)
+        assert first == audit(["-f", str(plain), "-o", output], capsys), output
+        assert first[0] in (0, 1) and "2 object(s)" in str(first), first

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.yaml_bombs import alias_lines, bomb
 from tests.serving import free_port
 from webhook.cli import agent as agent_cli
 from webhook.cli import webhook as webhook_cli
@@ -41,10 +42,11 @@ BAD_FILES: dict[str, bytes | None] = {
     "YAML list": b"- a\n- b\n",
     "two documents": b"a: 1\n---\nb: 2\n",
     "wrong kind": b"apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n",
+    "alias bomb": bomb(9).encode(),  # "billion laughs": refused as kube-apiserver refuses it (issue 41)
 }
 # Where a folder is read: none there, a file, or a folder holding one bad file. (Another kind in a state folder
 # is no error: the folder holds what one would `kubectl apply`, and the state keeps the kinds it reads.)
-BAD_FOLDERS = ("missing", "a file", "binary", "Latin-1", "YAML list", "a symlink to nothing")
+BAD_FOLDERS = ("missing", "a file", "binary", "Latin-1", "YAML list", "a symlink to nothing", "alias bomb")
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ CASES = {
     "policies --kubeconfig": Case(W, lambda p: ["policies", "--kubeconfig", p], ("missing", "empty", "binary",
                                                                                  "directory")),
     "policies --check": Case(W, lambda p: ["policies", "--cluster-state", EXAMPLE_STATE, "--check", p],
-                             ("missing", "binary", "Latin-1", "YAML list", "directory")),
+                             ("missing", "binary", "Latin-1", "YAML list", "directory", "alias bomb")),
     "serve --tls-cert-file": Case(W, lambda p: ["serve", "--port", _port(), "--metrics-port", "0",
                                                 "--tls-cert-file", p, "--tls-private-key-file", p],
                                   FILES),
@@ -293,6 +295,40 @@ def test_review_reads_stdin(tmp_path: Path) -> None:
     both = subprocess.run([sys.executable, "-m", PROGRAMS[W], "review", "-", "--old", "-"], cwd=tmp_path, env=ENV,
                           input=pod, capture_output=True, text=True, timeout=60)
     assert both.returncode == 2 and "both be read from stdin" in both.stderr
+
+
+# Every way a YAML file comes in: (program, arguments with {} for the file or folder, a folder, read from stdin).
+BOMBED = {
+    "review FILE": (W, ["review", "{}"], False, False),
+    "review - (stdin)": (W, ["review", "-"], False, True),
+    "audit -f - (stdin)": (W, ["audit", "--cluster-state", EXAMPLE_STATE, "-f", "-"], False, True),
+    "audit -f DIR": (W, ["audit", "--cluster-state", EXAMPLE_STATE, "-f", "{}"], True, False),
+    "review --cluster-state DIR": (W, ["review", POD, "--cluster-state", "{}"], True, False),
+    "review --quota-config": (W, ["review", POD, "--quota-config", "{}"], False, False),
+    "review --kubeconfig": (W, ["review", POD, "--kubeconfig", "{}"], False, False),
+    "policies --check": (W, ["policies", "--cluster-state", EXAMPLE_STATE, "--check", "{}"], False, False),
+    "agent once --cluster-state DIR": (A, ["once", "--node-name", "n", "--cluster-state", "{}"], True, False),
+}
+
+
+@pytest.mark.parametrize("case", BOMBED)
+def test_an_alias_bomb_is_refused_in_one_line_naming_the_file_the_line_and_excessive_aliasing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    """The 9-level "billion laughs" (387 420 489 strings once expanded) in the apiserver's words, as
+    kube-apiserver refuses it (issue 41). Its time and memory are bench/yaml_bomb.py's to measure."""
+    prog, argv, folder, stdin = BOMBED[case]
+    text = bomb(9)
+    path = tmp_path / "state" / "pod.yaml" if folder else tmp_path / "pod.yaml"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(text)
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(text.encode())))
+    r = _in_process(prog, [a.replace("{}", str(path.parent if folder else path)) for a in argv], tmp_path)
+    lines = [line for line in r.stderr.splitlines() if line.strip()]
+    assert (r.returncode, len(lines)) == (2, 1), r.stderr[-2000:]
+    shown = "stdin" if stdin else str(path)
+    found = re.search(rf"{re.escape(shown)}:(\d+): yaml: document contains excessive aliasing \(", lines[0])
+    assert found and int(found.group(1)) in alias_lines(text), lines[0]
 
 
 def test_review_stays_offline_inside_a_cluster(tmp_path: Path) -> None:

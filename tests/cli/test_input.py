@@ -138,7 +138,8 @@ def test_review_of_a_large_json_list_says_it_is_no_pod_at_once(tmp_path: Path,
     finally:
         tracemalloc.stop()
     assert (code, capsys.readouterr().err) == (
-        2, f"colocation-webhook: {path}: expected a Pod or an AdmissionReview, got kind 'List'\n")
+        2, f"colocation-webhook: {path}: is a List; review takes a Pod or AdmissionReview: audit -f {path} checks "
+           "each pod and workload of a List\n")
     assert took < 3.0, f"{took:.1f} s"
     assert peak < 2 * path.stat().st_size, f"{peak / 2**20:.0f} MiB for a {path.stat().st_size / 2**20:.0f} MiB file"
 

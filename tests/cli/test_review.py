@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.validating_helpers import KOORD_PROD_CONFIG
 from webhook.cli.webhook import main
@@ -46,3 +48,21 @@ def test_bad_quota_config_is_a_usage_error(tmp_path: Path, capsys: pytest.Captur
     err = capsys.readouterr().err
     assert code == 2
     assert "--quota-config: " in err and "must be no value when `operator` is 'Exist'" in err
+
+
+def test_a_pod_with_anchors_reviews_as_written_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Anchors for repeated labels and resources, as kustomize-style manifests have them (issue 41: the reader
+    that bounds aliases reads them as before)."""
+    anchored = tmp_path / "anchored.yaml"
+    anchored.write_text(
+        "apiVersion: v1\nkind: Pod\n"
+        "metadata: {name: web, namespace: colo-demo, labels: {app: &app web}, annotations: {app: *app}}\n"
+        "spec:\n  priorityClassName: koord-prod\n  containers:\n"
+        "  - &c {name: web, image: nginx, resources: {requests: {cpu: \"1\"}}}\n  - {<<: *c, name: side}\n")
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(yaml.safe_dump(json.loads(json.dumps(yaml.safe_load(anchored.read_text())))))  # unshared
+    answers = []
+    for path in (anchored, plain):
+        code = main(["review", str(path), "--output", "patch"])
+        answers.append((code, *capsys.readouterr()))
+    assert answers[0] == answers[1] and answers[0][0] in (0, 1) and answers[0][1], answers[0]

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.agent_trees import tick_cpu
 from harness.apiserver import ReplayAPIServer, load_exchange
 from tests.agent.test_cycle import NODE, NS, _acting_agent, _evict_path, _routes_for_acting
 from tests.cel_check import require_clean
@@ -213,7 +214,10 @@ def agent_writes(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[dict[st
     with ReplayAPIServer() as srv:
         _routes_for_acting(srv, "eviction-pdb-blocked-429")
         usage = {"be-protected": 3 * GI, "be-evict-ok": 5 * GI // 2, "ls-web-0": 8 * GI}
-        _acting_agent(tmp, srv, usage).cycle(now=100.0)
+        agent = _acting_agent(tmp, srv, usage)
+        agent.cycle(now=100.0)
+        tick_cpu(tmp / "proc")                  # a CPU rate from the second cycle on: the batch values published
+        agent.cycle(now=101.0)
         patches = [r.body for r in srv.requests_to("PATCH", f"/api/v1/nodes/{NODE}/status")]
         (eviction,) = [r.body for r in srv.requests_to("POST", _evict_path("be-evict-ok"))]
     assert any("allocatable" in p["status"] for p in patches)

@@ -388,7 +388,7 @@ def test_cpuset_suppression_confines_a_real_be_process_and_lets_it_go() -> None:
             assert [cg.read("cpuset", p, "cpuset.cpus") for p in ("kubepods/besteffort", BE_POD, BE_CTR)] == [rest] * 3
             assert (_cpus_allowed(in_pod.pid), _cpus_allowed(in_ctr.pid)) == (rest, rest)
             assert out["cpuSuppress"] == {"policy": "cpuset", "beCPUs": rest, "cores": float(len(online) - 1),
-                                          "fallback": None}
+                                          "fallback": None, "reason": None}
             assert _metric(metrics, "colocation_agent_cgroup_write_refusals_total") == 0
             node["metadata"]["annotations"] = {}              # the reservation lifted: every CPU again
             time.sleep(0.2)

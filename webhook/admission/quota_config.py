@@ -13,7 +13,8 @@ from typing import Any
 import yaml
 
 from webhook.admission.domain.quota import scope_requirement_error
-from webhook.cluster.files import utf8, yaml_problem
+from webhook.cluster.files import utf8
+from webhook.cluster.yaml_input import load, yaml_problem
 
 CONFIG_KINDS = {
     ("apiserver.config.k8s.io/v1", "ResourceQuotaConfiguration"),
@@ -31,7 +32,7 @@ class QuotaConfigError(ValueError):
 
 def _read(path: Path) -> Any:
     try:
-        return yaml.safe_load(utf8(path.read_bytes()))
+        return load(utf8(path.read_bytes()))
     except OSError as exc:
         raise QuotaConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except ValueError as exc:  # not UTF-8 text (byte N)

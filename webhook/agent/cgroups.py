@@ -181,13 +181,24 @@ class CgroupFiles:
         return Folder(self._rel(cpu) if cpu else None, self._rel(mem), self._current(cpu, mem, want, False), want,
                       None, children)
 
-    def besteffort(self, now: float = 0.0) -> tuple[str, Current] | None:
-        """The besteffort QoS folder (relative path) and its CPU quota, or None when there is none."""
+    def _besteffort_path(self) -> str | None:
         base = self.layout.cpu_ctl_base
-        if not base:
-            return None
-        path = os.path.join(base, BESTEFFORT_FOLDER[self.layout.driver])
-        if not os.path.isdir(path):
+        return os.path.join(base, BESTEFFORT_FOLDER[self.layout.driver]) if base else None
+
+    def no_besteffort(self) -> str:
+        """Why ``besteffort`` found no folder. The kubelet makes it at start with cgroupsPerQOS, its default
+        (kubernetes pkg/kubelet/cm/qos_container_manager_linux.go, Start)."""
+        path = self._besteffort_path()
+        if path is None:
+            return "no cpu controller holds the kubepods cgroup: no besteffort tier to cap"
+        return (f"no besteffort folder {self._rel(path)} in the cpu controller: no besteffort tier to cap (the "
+                "kubelet makes it at start, with cgroupsPerQOS)")
+
+    def besteffort(self, now: float = 0.0) -> tuple[str, Current] | None:
+        """The besteffort QoS folder (relative path) and its CPU quota, or None when there is none
+        (``no_besteffort`` says why)."""
+        path = self._besteffort_path()
+        if path is None or not os.path.isdir(path):
             return None
         known = self._besteffort
         if known is None or known[0] != path or now >= known[1] or path in self._stale:

@@ -70,7 +70,9 @@ class Agent:
         at = now
         now = self.clock() if now is None else now
         inputs = self.inputs.read()
-        report = CycleReport(self.node_name)
+        report = CycleReport(self.node_name, config_error=inputs.config_error,
+                             config_warnings=[str(n) for n in inputs.config_notices if not n.koordinator],
+                             config_notices=[str(n) for n in inputs.config_notices if n.koordinator])
         self.eviction.begin_cycle()
         if self.actions is not None:
             self.actions.begin_cycle()
@@ -145,4 +147,7 @@ class Agent:
             self.suppress.record(tier[0], tier[1], target, writes, applied, self.options.dry_run,
                                  inputs.cpu_suppress)
             return writes, self.suppress.report(tier[1], target)
+        cfg = inputs.cpu_suppress
+        if suppression and cfg.enable:   # enabled, and nothing to act on: said, as capabilitiesOff says why
+            return writes, SuppressReport(cfg.cpuSuppressPolicy, None, None, reason=files.no_besteffort())
         return writes, None

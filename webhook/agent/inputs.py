@@ -10,7 +10,16 @@ from typing import Any
 
 from webhook.agent.actions import KubeActions
 from webhook.agent.domain.cgroup_limits import sandbox_overhead
-from webhook.agent.domain.slo_config import Colocation, ConfigTracker, CPUSuppress, MemoryEvict
+from webhook.agent.domain.slo_config import (
+    COLOCATION_KEY,
+    DATA,
+    THRESHOLD_KEY,
+    Colocation,
+    ConfigTracker,
+    CPUSuppress,
+    KeyNotice,
+    MemoryEvict,
+)
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.cluster.state import ClusterState
@@ -70,6 +79,8 @@ class Inputs:
     colocation: Colocation
     memory_evict: MemoryEvict
     cpu_suppress: CPUSuppress
+    config_error: str | None = None              # why the ConfigMap is not in force (the last good config is)
+    config_notices: tuple[KeyNotice, ...] = ()   # its keys this agent does not use
 
     @property
     def status(self) -> dict[str, Any]:
@@ -86,6 +97,7 @@ class ClusterInputs:
         self.actions = actions
         self.metrics = metrics
         self.config = ConfigTracker()
+        self._told: tuple[KeyNotice, ...] | None = None   # the notices the unknown-keys gauge counts
         self._views: dict[int, PodView] = {}    # id(pod object) -> its view; the view holds the object
         self._views_of: list[dict[str, Any]] | None = None   # the pod list they were made for
         self._view_list: list[PodView] = []
@@ -102,7 +114,7 @@ class ClusterInputs:
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         colocation, watermark = self.config.config.for_node(labels)
         return Inputs(node, views, cm is not None, colocation, watermark,
-                      self.config.config.cpu_suppress_for_node(labels))
+                      self.config.config.cpu_suppress_for_node(labels), self.config.invalid, self.config.notices)
 
     def _pod_views(self, pods: list[dict[str, Any]]) -> list[PodView]:
         """Each pod's view, reused while the object is the same; only this cycle's pods are remembered."""
@@ -119,6 +131,7 @@ class ClusterInputs:
 
     def _config(self, cm: dict[str, Any] | None) -> None:
         problem = self.config.update((cm or {}).get("data") if cm is not None else None)
+        self._notices()
         if problem is None:
             return
         self.metrics.config_errors.inc()
@@ -128,3 +141,15 @@ class ClusterInputs:
             self.actions.event({"kind": "ConfigMap", "apiVersion": "v1", "namespace": meta.get("namespace"),
                                 "name": meta.get("name"), "uid": meta.get("uid")},
                                CONFIG_EVENT_REASON, problem, CONFIG_EVENT_ACTION)
+
+    def _notices(self) -> None:
+        """Each key notice logged once (an unknown key as a warning; one of Koordinator's that the agent does not
+        act on at info), and the unknown keys counted by section."""
+        for notice in self.config.fresh:
+            log.log(logging.INFO if notice.koordinator else logging.WARNING, "slo-controller-config: %s", notice)
+        if self.config.notices is self._told:
+            return
+        self._told = self.config.notices
+        for section in (DATA, COLOCATION_KEY, THRESHOLD_KEY):
+            self.metrics.config_unknown_keys.labels(section).set(
+                sum(1 for n in self._told if n.section == section and not n.koordinator))

@@ -41,6 +41,9 @@ class AgentMetrics:
         self.config_errors = Counter("colocation_agent_config_errors_total",
                                      "slo-controller-config problems seen (the last good config is kept)",
                                      registry=r)
+        self.config_unknown_keys = Gauge("colocation_agent_config_unknown_keys",
+                                         "Keys of slo-controller-config no Koordinator struct defines there (most "
+                                         "likely misspelt; ignored), by section", ["section"], registry=r)
         self.cgroup_writes = Counter("colocation_agent_cgroup_writes_total",
                                      "cgroup files written (BE limits, BE suppression), by file", ["file"], registry=r)
         self.cgroup_last_write = Gauge("colocation_agent_cgroup_last_write_timestamp_seconds",

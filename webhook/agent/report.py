@@ -53,16 +53,19 @@ class Condition:
 @dataclass(frozen=True, slots=True)
 class SuppressReport:
     """BE CPU suppression this cycle: the policy in force (None: off), the CPUs BE pods may use (their cpuset, as
-    the agent last read or wrote it), the cores they may use under the policy, and why cfsQuota stands in for
-    cpuset (None when it does not)."""
+    the agent last read or wrote it), the cores they may use under the policy, why cfsQuota stands in for
+    cpuset (None when it does not), and why the policy the config enables does not act at all (None when it
+    does)."""
 
     policy: str | None
     cpus: str | None
     cores: float | None
     fallback: str | None = None
+    reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy, "beCPUs": self.cpus, "cores": self.cores, "fallback": self.fallback}
+        return {"policy": self.policy, "beCPUs": self.cpus, "cores": self.cores, "fallback": self.fallback,
+                "reason": self.reason}
 
 
 @dataclass(slots=True)
@@ -77,6 +80,9 @@ class CycleReport:
     cgroup_writes: list[CgroupWrite] = field(default_factory=list)
     capabilities_off: dict[str, str] = field(default_factory=dict)   # capability -> why it does not run
     cpu_suppress: SuppressReport | None = None    # None: the capability did not run (off, or nothing measured)
+    config_error: str | None = None               # why slo-controller-config is not in force (the last good is)
+    config_warnings: list[str] = field(default_factory=list)   # its unknown keys (most likely misspelt)
+    config_notices: list[str] = field(default_factory=list)    # its Koordinator keys this agent does not act on
 
     def as_dict(self) -> dict[str, Any]:
         return {"node": self.node, "memory": None if self.memory is None else self.memory.as_dict(),
@@ -85,4 +91,5 @@ class CycleReport:
                 "batchReason": self.batch_reason, "conditions": [c.as_dict() for c in self.conditions],
                 "cgroupWrites": [w.as_dict() for w in self.cgroup_writes],
                 "cpuSuppress": None if self.cpu_suppress is None else self.cpu_suppress.as_dict(),
-                "capabilitiesOff": dict(self.capabilities_off)}
+                "capabilitiesOff": dict(self.capabilities_off), "configError": self.config_error,
+                "configWarnings": list(self.config_warnings), "configNotices": list(self.config_notices)}

@@ -9,8 +9,9 @@ the audit's memory grow with the cluster. So a List's ``items`` are read one ite
   ``json.JSONDecoder.raw_decode``. Hand-written because no parser we can depend on does it as fast (ijson
   and ``raw_decode`` against orjson on the cut-out text: docs/benchmarks.md, "Figures behind the code's comments").
 - YAML: PyYAML's event stream (its C parser reads the file in blocks) is composed into nodes one top-level value
-  at a time, and each ``items`` entry is constructed on its own. YAML is much slower to parse than JSON; for
-  large clusters, use `-o json` (docs/audit.md).
+  at a time, and each ``items`` entry is constructed on its own, by the YAML reader of every input
+  (``webhook.cluster.yaml_input``: aliases bounded as kube-apiserver bounds them, counted over the whole
+  document). YAML is much slower to parse than JSON; for large clusters, use `-o json` (docs/audit.md).
 
 A document that is not a List is one object. Any other top-level value is an error naming the file and where.
 
@@ -38,13 +39,14 @@ import orjson
 import yaml
 from yaml import events, nodes
 
+from webhook.cluster import yaml_input
 from webhook.cluster.files import KUSTOMIZATIONS as STATE_KUSTOMIZATIONS
-from webhook.cluster.files import StateFileError, found, manifest_files, yaml_problem
+from webhook.cluster.files import StateFileError, found, manifest_files
+from webhook.cluster.yaml_input import Composer, yaml_problem
 
 _CHUNK = 1 << 20
 _SPACE = re.compile(r"[ \t\r\n]*")
 _DECODER = json.JSONDecoder()
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @functools.lru_cache(maxsize=16)
@@ -70,7 +72,7 @@ def kustomize_inputs(kustomization: Path) -> dict[Path, str]:
     """The files a kustomization names that are no whole object (its patches and its generators' inputs), by
     resolved path, each with what it is. A kustomization that does not read is kustomize's to report: nothing."""
     try:
-        doc = yaml.load(kustomization.read_text(encoding="utf-8"), Loader=_YAML_LOADER)
+        doc = yaml_input.load(kustomization.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return {}
     if not isinstance(doc, dict):
@@ -290,87 +292,43 @@ def _json_values(text: IO[str], name: str, first: str) -> Iterator[tuple[str, An
 
 
 # -- YAML --------------------------------------------------------------------------------------------------------------
-class _Composer:
-    """Nodes from PyYAML events, one value at a time, so that a List's items are never all held.
-
-    PyYAML composes a whole document before anything is constructed; this composes top-level values and List
-    items separately, then hands each node to the loader's own constructor (same tags, same types)."""
-
-    def __init__(self, loader: Any) -> None:
-        self.loader = loader
-        self.anchors: dict[str, nodes.Node] = {}
-
-    def node(self) -> nodes.Node:
-        event: Any = self.loader.get_event()
-        start: Any = event.start_mark   # the C parser's marks are its own type, with the same fields
-        if isinstance(event, events.AliasEvent):
-            if event.anchor not in self.anchors:
-                raise yaml.composer.ComposerError(None, None, f"found undefined alias {event.anchor!r}",
-                                                  start)
-            return self.anchors[event.anchor]
-        node: nodes.Node
-        if isinstance(event, events.ScalarEvent):
-            tag = event.tag if event.tag not in (None, "!") else self.loader.resolve(
-                nodes.ScalarNode, event.value, event.implicit)
-            node = nodes.ScalarNode(tag, event.value, start, start, style=event.style)
-        elif isinstance(event, events.SequenceStartEvent):
-            tag = event.tag if event.tag not in (None, "!") else self.loader.resolve(
-                nodes.SequenceNode, None, event.implicit)
-            node = nodes.SequenceNode(tag, [], start, None, flow_style=event.flow_style)
-            while not self.loader.check_event(events.SequenceEndEvent):
-                node.value.append(self.node())
-            node.end_mark = self.loader.get_event().end_mark
-        else:
-            tag = event.tag if event.tag not in (None, "!") else self.loader.resolve(
-                nodes.MappingNode, None, event.implicit)
-            node = nodes.MappingNode(tag, [], start, None, flow_style=event.flow_style)
-            while not self.loader.check_event(events.MappingEndEvent):
-                key = self.node()
-                node.value.append((key, self.node()))
-            node.end_mark = self.loader.get_event().end_mark
-        if getattr(event, "anchor", None):
-            self.anchors[event.anchor] = node
-        return node
-
-    def value(self, node: nodes.Node) -> Any:
-        return self.loader.construct_document(node)
-
-
 def _yaml_values(text: IO[str], name: str, first: str) -> Iterator[tuple[str, Any]]:
-    loader = _YAML_LOADER(_Prefixed(first, text))
-    comp = _Composer(loader)
+    """Every document's value, a List's items one by one: PyYAML composes a whole document before anything is
+    constructed; this composes top-level values and List items separately, each constructed by the loader's own
+    constructor (same tags, same types)."""
+    loader: Any = yaml_input.LOADER(_Prefixed(first, text))
+    comp = Composer(loader)
     try:
         loader.get_event()  # stream start
         document = 0
         while not loader.check_event(events.StreamEndEvent):
-            loader.get_event()  # document start
+            comp.begin()
             document += 1
-            comp.anchors = {}
             where = name if document == 1 else f"{name}[document {document}]"
             if loader.check_event(events.MappingStartEvent):
-                start = loader.get_event()
+                start = comp.open()
                 head: list[tuple[nodes.Node, nodes.Node]] = []
                 streamed = False
                 while not loader.check_event(events.MappingEndEvent):
-                    key = comp.node()
+                    key = comp.key()
                     if (isinstance(key, nodes.ScalarNode) and key.value == "items"
                             and loader.check_event(events.SequenceStartEvent)):
-                        loader.get_event()
+                        comp.open()
                         streamed = True
                         i = 0
                         while not loader.check_event(events.SequenceEndEvent):
-                            yield f"{where}[item {i}]", comp.value(comp.node())
+                            yield f"{where}[item {i}]", comp.construct(comp.node())
                             i += 1
                         loader.get_event()
                     else:
-                        head.append((key, comp.node()))
+                        head.append((key, comp.value(key)))
                 end = loader.get_event()
                 if not streamed:
                     tag = start.tag if start.tag not in (None, "!") else loader.resolve(
                         nodes.MappingNode, None, start.implicit)
-                    yield where, comp.value(nodes.MappingNode(tag, head, start.start_mark, end.end_mark))
+                    yield where, comp.construct(nodes.MappingNode(tag, head, start.start_mark, end.end_mark))
             else:
-                value = comp.value(comp.node())
+                value = comp.construct(comp.node())
                 if value is not None:   # an empty document (a trailing ---) holds nothing
                     raise ObjectsError(f"{where}: holds {found(value)} at the top level; expected objects or a List")
             loader.get_event()  # document end

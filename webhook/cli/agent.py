@@ -27,6 +27,8 @@ from webhook.cli.common import (
     STDOUT_CLOSED,
     UsageError,
     exit_codes,
+    found_kubeconfig,
+    list_first,
     namespace,
     non_negative_seconds,
     object_name,
@@ -151,13 +153,19 @@ def _text(out: dict[str, Any]) -> str:
     if not out["cgroupWrites"]:
         lines.append("cgroup writes: none")
     cpu = out.get("cpuSuppress")
-    if cpu and cpu["policy"]:
+    if cpu and cpu["reason"]:
+        lines.append(f"cpu suppress: {cpu['policy']} does not act: {cpu['reason']}")
+    elif cpu and cpu["policy"]:
         cores = f", {cpu['cores']:g} cores" if cpu["cores"] is not None else ""
         lines.append(f"cpu suppress: {cpu['policy']}{cores}"
                      + (f", BE CPUs {cpu['beCPUs']}" if cpu["beCPUs"] else "")
                      + (f" (cpuset cannot act: {cpu['fallback']})" if cpu["fallback"] else ""))
     for cap, why in out["capabilitiesOff"].items():
         lines.append(f"off: {cap} ({why})")
+    if out["configError"]:
+        lines.append(f"config error: {out['configError']} (the last good configuration is in force)")
+    lines.extend(f"config warning: {w}" for w in out["configWarnings"])
+    lines.extend(f"config notice: {n}" for n in out["configNotices"])
     return "\n".join(lines) + "\n"
 
 
@@ -176,8 +184,7 @@ def once(args: argparse.Namespace) -> int:
         state = ClusterState(AGENT_KINDS)
         source = _live_source(state, args.kubeconfig, node, args)
         try:
-            source.start()
-            wait_synced(state, args.sync_timeout)
+            list_first(state, source, args.sync_timeout, f"--kubeconfig {args.kubeconfig}")
         except UsageError:
             raise
         except Exception as exc:
@@ -237,10 +244,13 @@ def run(args: argparse.Namespace) -> int:
             raise UsageError("--cluster-state without --kubeconfig can only --dry-run (no API to act on)")
         state = _files_state(args.cluster_state, args)
         source = None
-    elif args.kubeconfig or in_cluster():
-        source = _live_source(state, args.kubeconfig, node, args)
     else:
-        raise UsageError("no cluster: give --kubeconfig, run in a pod, or --cluster-state DIR with --dry-run")
+        if not (args.kubeconfig or in_cluster()):
+            args.kubeconfig, looked = found_kubeconfig("colocation-agent")   # a cluster, as kubectl finds it
+            if args.kubeconfig is None:
+                raise UsageError("no cluster: give --kubeconfig, run in a pod, or --cluster-state DIR with --dry-run "
+                                 f"({looked})")
+        source = _live_source(state, args.kubeconfig, node, args)
     if args.kubeconfig or in_cluster():
         actions = KubeActions(_api_client(args.kubeconfig), node)
     metrics = AgentMetrics()
@@ -336,7 +346,9 @@ def parser() -> argparse.ArgumentParser:
                        description="Measure the node, evict BE pods past the memory watermark or a kubelet-style "
                                    "threshold, and publish batch resources in the node status, every --interval.")
     _common(r)
-    r.add_argument("--kubeconfig", metavar="F", help="the cluster to act on (default: in-cluster config)")
+    r.add_argument("--kubeconfig", metavar="F",
+                   help="the cluster to act on (default: in-cluster config in a pod; else, without --cluster-state, "
+                        "the kubeconfig kubectl would use: $KUBECONFIG, ~/.kube/config)")
     r.add_argument("--cluster-state", type=Path, metavar="DIR", help="a folder of manifests (with --dry-run)")
     r.add_argument("--interval", default="1s", metavar="DURATION", help="how often a full cycle runs")
     r.add_argument("--dry-run", action="store_true", help="log every decision, act on nothing")
@@ -364,7 +376,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run_main("colocation-agent", parser, argv)
+    return run_main("colocation-agent", parser, argv, COMMAND_CODES)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,15 @@ import orjson
 
 from webhook.audit.migrate import migration
 from webhook.audit.subjects import KINDS, PLURALS, Subject, kind_of, subject
-from webhook.cli.common import UsageError, exit_codes, namespace, positive, stderr_warning, unverified_tls
+from webhook.cli.common import (
+    UsageError,
+    exit_codes,
+    found_kubeconfig,
+    namespace,
+    positive,
+    stderr_warning,
+    unverified_tls,
+)
 from webhook.cli.common import seconds as _seconds
 from webhook.cli.state import listed_state, review_settings, review_settings_flags
 from webhook.cluster.state import ClusterState, Kind
@@ -190,8 +198,10 @@ def run(args: argparse.Namespace) -> int:
     from webhook.server.service import ReviewService
 
     if not args.filename and not (args.kubeconfig or args.in_cluster):
-        raise UsageError("name what to audit: -f FILE|DIR (kubectl get ... -o json|yaml output, manifests), "
-                         "or a cluster with --kubeconfig F or --in-cluster")
+        args.kubeconfig, looked = found_kubeconfig("colocation-webhook")   # a cluster, as kubectl finds it
+        if args.kubeconfig is None:
+            raise UsageError("name what to audit: -f FILE|DIR (kubectl get ... -o json|yaml output, manifests), "
+                             f"or a cluster with --kubeconfig F or --in-cluster ({looked})")
     if args.filename and (args.kubeconfig or args.in_cluster):
         raise UsageError("-f reads objects from files; --kubeconfig/--in-cluster from a cluster: choose one "
                          "(--cluster-state DIR sets the state the rules read)")
@@ -301,7 +311,9 @@ def add_parser(sub: Any, codes: dict[int, str]) -> None:
     a.add_argument("-f", "--filename", action="append", metavar="FILE|DIR",
                    help="objects to audit: kubectl get ... -o json|yaml output, manifests, a folder of them; "
                         "- reads stdin; repeatable")
-    src.add_argument("--kubeconfig", metavar="F", help="audit this cluster's objects (paginated lists)")
+    src.add_argument("--kubeconfig", metavar="F",
+                     help="audit this cluster's objects (paginated lists); with no -f and no --in-cluster, the "
+                          "kubeconfig kubectl would use ($KUBECONFIG, ~/.kube/config)")
     src.add_argument("--in-cluster", action="store_true", help="audit the cluster this runs in (its ServiceAccount)")
     a.add_argument("--cluster-state", type=Path, metavar="DIR",
                    help="a folder of manifests with the state the rules read (profiles, classes, namespaces, quotas); "

@@ -10,14 +10,17 @@ import os
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from webhook import __version__
+from webhook.cli import interrupt
 from webhook.compiled import rules_status
 from webhook.core import names
 
 if TYPE_CHECKING:
+    from webhook.cluster.sources import Source
     from webhook.cluster.state import ClusterState
 
 EXIT_USAGE = 2
@@ -237,11 +240,11 @@ def _insecure(kubeconfig: str) -> bool:
     """Whether the kubeconfig's current context turns the server's certificate check off
     (``insecure-skip-tls-verify``). Read here, not through the client's loader, which would run an exec
     credential plugin a second time; a kubeconfig that does not read is the source's to report."""
-    import yaml
+    from webhook.cluster.yaml_input import load
 
     try:
         with open(kubeconfig, "rb") as f:
-            doc = yaml.safe_load(f)
+            doc = load(f.read().decode("utf-8"))  # an alias bomb refused, not walked below
         contexts = {c["name"]: c.get("context") or {} for c in doc.get("contexts") or []}
         cluster = contexts[doc["current-context"]].get("cluster")
         clusters = {c["name"]: c.get("cluster") or {} for c in doc.get("clusters") or []}
@@ -274,14 +277,67 @@ def stderr_warning(prog: str) -> Callable[[str], None]:
     return lambda text: print(f"{prog}: warning: {text}", file=sys.stderr)
 
 
-def wait_synced(state: ClusterState, timeout: float) -> None:
-    """Block until every kind of ``state`` completed its first list, or raise a UsageError saying which did not."""
+def wait_synced(state: ClusterState, timeout: float, first_error: bool = False) -> None:
+    """Block until every kind of ``state`` completed its first list, or raise a UsageError saying which did not;
+    ``first_error``: at a kind's first failure, with its reason (the source goes on retrying otherwise)."""
     deadline = time.monotonic() + timeout
     while not state.ready:
+        if first_error and (error := state.sync_error()) is not None:
+            raise UsageError(error)
         if time.monotonic() > deadline:
             raise UsageError(f"the cluster state did not sync within {timeout:g} s: "
                              f"{state.not_ready_reason() or 'not synced'}")
         time.sleep(0.05)
+
+
+class _Unsynced(logging.Filter):
+    """The live source's line for a kind whose first list failed (webhook/cluster/freshness.py, failed_line)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        return not (": not synced: " in message and message.endswith("; retrying"))
+
+
+def list_first(state: ClusterState, source: Source, timeout: float, where: str) -> None:
+    """Start ``source`` and wait for every kind's first list, for a command that answers once: its first failure
+    ends the command, in one line naming ``where`` (the kubeconfig) and the API server's error, as kubectl does,
+    where the source's own lines were one per kind and a wait for ``timeout``. The source is stopped on failure;
+    on success it is the caller's to stop."""
+    live = logging.getLogger("webhook.cluster.live")
+    quiet = _Unsynced()
+    live.addFilter(quiet)   # the source says a kind's failure, and retries; this command says it once, and stops
+    try:
+        source.start()
+        wait_synced(state, timeout, first_error=True)
+    except UsageError as exc:
+        source.stop()
+        raise UsageError(f"{where}: {exc}") from None
+    except BaseException:
+        source.stop()
+        raise
+    finally:
+        live.removeFilter(quiet)
+
+
+def found_kubeconfig(prog: str) -> tuple[str | None, str]:
+    """The kubeconfig kubectl reads when given no cluster flag, for a command that needs a cluster, and where it
+    was looked for (for the error when there is none): the files ``$KUBECONFIG`` lists (``:``-separated), else
+    ``~/.kube/config`` (client-go tools/clientcmd/loader.go, NewDefaultClientConfigLoadingRules). kubectl merges
+    the files of $KUBECONFIG; the client here loads one, the first that exists, and the stderr line that says
+    which file is used says so."""
+    listed = [p for p in os.environ.get("KUBECONFIG", "").split(os.pathsep) if p]
+    if listed:
+        found = next((p for p in listed if os.path.isfile(p)), None)
+        how = "the first file of $KUBECONFIG that exists" + (
+            f"; kubectl merges the {len(listed)} files it names, this reads that one alone" if len(listed) > 1 else "")
+        looked = f"$KUBECONFIG names no file that exists: {os.environ['KUBECONFIG']}"
+    else:   # as kubectl: ~/.kube/config only without $KUBECONFIG
+        home = Path.home() / ".kube" / "config"
+        found = str(home) if home.is_file() else None
+        how, looked = "~/.kube/config, with no $KUBECONFIG", f"no $KUBECONFIG, and no {home}"
+    if found is not None:
+        print(f"{prog}: no cluster flag: using the kubeconfig {found} as kubectl would ({how})", file=sys.stderr)
+    return found, looked
 
 
 def _stdout_closed(prog: str) -> int:
@@ -294,20 +350,30 @@ def _stdout_closed(prog: str) -> int:
     return EXIT_STDOUT_CLOSED
 
 
-def run_main(prog: str, parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None) -> int:
+def run_main(prog: str, parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None,
+             codes: Mapping[str, Mapping[int, str]]) -> int:
     """Parse, run the chosen subcommand, and end in one stderr line and a documented exit code whatever happens
-    to the input (UsageError: 2) or the output (stdout closed by its reader: 141)."""
-    args = parser().parse_args(argv)
+    to the input (UsageError: 2), the output (stdout closed by its reader: 141) or the process (Ctrl-C: 130, or 0
+    for a command whose ``codes`` have no 130, which serves until stopped). ``codes``: each command's exit codes
+    (its --help's), by command line ("serve", "certs generate")."""
+    command = first_positional(sys.argv[1:] if argv is None else argv)
     try:
+        interrupt.take_over()   # an interrupt while the program imported all this is raised here
+        args = parser().parse_args(argv)
         code = int(args.func(args))
         sys.stdout.flush()
-    except UsageError as exc:
-        print(f"{prog}: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except BrokenPipeError:
-        return _stdout_closed(prog)
-    except KeyboardInterrupt:
+    except BaseException as exc:
+        interrupt.finished()
+        if isinstance(exc, UsageError):
+            print(f"{prog}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if isinstance(exc, BrokenPipeError):
+            return _stdout_closed(prog)
+        if not isinstance(exc, KeyboardInterrupt):
+            raise   # argparse's SystemExit (--help, a flag error), and a bug: as they are
+        serves = any(name.split()[0] == command and EXIT_INTERRUPTED not in c for name, c in codes.items())
         with contextlib.suppress(OSError):  # one line, so that a 130 is never mistaken for a crash or for done
-            print(f"{prog}: interrupted (Ctrl-C) before the work was done", file=sys.stderr)
-        return EXIT_INTERRUPTED
+            print(f"{prog}: {'stopped (Ctrl-C)' if serves else INTERRUPTED}", file=sys.stderr)
+        return 0 if serves else EXIT_INTERRUPTED
+    interrupt.finished()
     return code

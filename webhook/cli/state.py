@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from webhook.cli.common import UsageError, positive, stderr_warning, unverified_tls, wait_synced
+from webhook.cli.common import UsageError, list_first, positive, stderr_warning, unverified_tls
 
 if TYPE_CHECKING:
     from webhook.admission.context import Settings
@@ -58,7 +58,8 @@ def cluster_state(cluster_state: Path | None, kubeconfig: str | None = None, wat
     from webhook.cluster.sources import LiveSourceError, build_source
     from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 
-    unverified_tls(kubeconfig, say or stderr_warning("colocation-webhook"))
+    warn = say or stderr_warning("colocation-webhook")
+    unverified_tls(kubeconfig, warn)
     state = ClusterState(WEBHOOK_KINDS)
     try:
         source = build_source(state, cluster_state, kubeconfig, watch_files=watch, use_in_cluster=use_in_cluster)
@@ -66,6 +67,11 @@ def cluster_state(cluster_state: Path | None, kubeconfig: str | None = None, wat
         raise UsageError(f"--cluster-state: {exc}") from None
     except LiveSourceError as exc:
         raise UsageError(str(exc)) from None
+    if cluster_state is not None and not any(state.counts().values()):
+        # A readable folder is a state, an empty one too (docs/cluster-state.md); but a wrong path is the likelier
+        # intent than a cluster without a class, namespace or profile.
+        warn(f"--cluster-state {cluster_state}: holds no object the cluster state reads: the rules see an empty "
+             "cluster (no PriorityClass, Namespace, quota or profile)")
     return state, source
 
 
@@ -77,10 +83,5 @@ def listed_state(cluster_state_dir: Path | None, kubeconfig: str | None, in_clus
     state, source = cluster_state(cluster_state_dir, kubeconfig, use_in_cluster=in_cluster)
     if not live:
         return state, None
-    try:
-        source.start()
-        wait_synced(state, sync_timeout)
-    except BaseException:
-        source.stop()
-        raise
+    list_first(state, source, sync_timeout, f"--kubeconfig {kubeconfig}" if kubeconfig else "in-cluster config")
     return state, source

@@ -23,6 +23,7 @@ from webhook.cli.common import (
     check_host,
     exit_codes,
     first_positional,
+    found_kubeconfig,
     listen,
     listen_port,
     namespace,
@@ -137,12 +138,20 @@ _LEADING_SPACE = re.compile(rb"[ \t\r\n]*")
 
 
 def _wrong_kind(kind: object, shown: str, what: str) -> None:
-    """A UsageError for a document of a kind ``review`` does not take (--old: the Pod before the update)."""
+    """A UsageError for a document of a kind ``review`` does not take (--old: the Pod before the update); a
+    workload or a list is pointed at ``audit -f``, which reviews their pods and pod templates."""
+    from webhook.audit.subjects import KINDS
+
     if what == "--old":
         if kind not in (None, "Pod"):
             raise UsageError(f"{shown}: expected the Pod before the update, got kind {kind!r}")
     elif kind not in (None, "Pod", "AdmissionReview"):
-        raise UsageError(f"{shown}: expected a Pod or an AdmissionReview, got kind {kind!r}")
+        name = "-" if shown == "stdin" else shown
+        audit_it = {**{k: "a workload's pod template" for k in KINDS}, "List": "each pod and workload of a List",
+                    "PodList": "each pod and workload of a List"}.get(str(kind))
+        pointer = f": audit -f {name} checks {audit_it}" if audit_it else ""
+        raise UsageError(f"{shown}: {f'is a {kind}' if isinstance(kind, str) else f'has kind {kind!r}'}; review "
+                         f"takes a Pod or AdmissionReview{pointer}")
 
 
 def _json_document(data: bytes, shown: str, what: str) -> dict[str, Any] | None:
@@ -163,8 +172,10 @@ def _json_document(data: bytes, shown: str, what: str) -> dict[str, Any] | None:
 def _load_document(path: Path, what: str) -> dict[str, Any]:
     """The one object of a Pod or AdmissionReview file (``-``: stdin), or a UsageError saying what is there.
     ``what``: the flag it came with ("" for the positional file). JSON (``kubectl get -o json``) is read by the
-    fast decoders, and its kind checked first; anything else as YAML, with the C parser."""
-    from webhook.cluster.files import YAML_LOADER, found, utf8, yaml_problem
+    fast decoders, and its kind checked first; anything else as YAML, by the one YAML reader (aliases bounded as
+    kube-apiserver bounds them)."""
+    from webhook.cluster.files import found, utf8
+    from webhook.cluster.yaml_input import load_all, yaml_problem
 
     name = "stdin" if str(path) == "-" else str(path)
     shown = f"{what} {name}" if what else name
@@ -184,7 +195,7 @@ def _load_document(path: Path, what: str) -> dict[str, Any]:
     except ValueError as exc:
         raise UsageError(f"{shown}: {exc}; expected a Pod or AdmissionReview as YAML or JSON") from None
     try:
-        loaded = list(yaml.load_all(text, Loader=YAML_LOADER))
+        loaded = load_all(text)
     except yaml.YAMLError as exc:
         raise UsageError(yaml_problem(Path(shown), exc)) from None
     docs = [d for d in loaded if d is not None]  # an empty document (a trailing ---) is no document
@@ -202,19 +213,15 @@ def _load_document(path: Path, what: str) -> dict[str, Any]:
 
 def _review_of(doc: dict[str, Any], path: Path, operation: str | None, old: dict[str, Any] | None) -> dict[str, Any]:
     """The AdmissionReview the apiserver would send for this file: the file itself when it is one (with
-    --operation and --old applied), else a dry-run v1 review of the Pod."""
+    --operation applied), else a dry-run v1 review of the Pod."""
     from webhook.admission.review import pod_review
 
     if doc.get("kind") == "AdmissionReview":
         request = doc.get("request")
-        if isinstance(request, dict):
-            if operation:
-                request["operation"] = operation
-            if old is not None:
-                request["oldObject"] = old
+        if isinstance(request, dict) and operation:
+            request["operation"] = operation
         return doc
-    if doc.get("kind") not in (None, "Pod"):
-        raise UsageError(f"{path}: expected a Pod or an AdmissionReview, got kind {doc.get('kind')!r}")
+    _wrong_kind(doc.get("kind"), str(path), "")
     op = operation or ("UPDATE" if old is not None else "CREATE")
     if op == "UPDATE" and old is None:
         raise UsageError("--operation UPDATE needs --old FILE (the pod before the update)")
@@ -231,6 +238,9 @@ def review(args: argparse.Namespace) -> int:
     settings.warning_limit = None  # read on a terminal: whole (the server cuts each to the apiserver's 120)
     old = _load_document(args.old, "--old") if args.old else None
     doc = _load_document(args.file, "")
+    if old is not None and doc.get("kind") == "AdmissionReview":   # else its own would be replaced unsaid
+        raise UsageError(f"--old {args.old}: {args.file} is an AdmissionReview, which carries the pod before an "
+                         "update itself (request.oldObject); --old goes with a Pod file")
     state, source = listed_state(args.cluster_state, args.kubeconfig, args.in_cluster, args.sync_timeout)
     try:
         return _review(args, settings, state, doc, old)
@@ -312,10 +322,12 @@ def policies(args: argparse.Namespace) -> int:
     from webhook.policies import mutating as mutating_policies
     from webhook.policies import profiles as profile_policies
 
+    if args.check is not None and args.cluster_state is None and not args.kubeconfig:
+        args.kubeconfig, looked = found_kubeconfig("colocation-webhook")   # a cluster, as kubectl finds it
+        if args.kubeconfig is None:
+            raise UsageError("--check compares with the profiles of a cluster state: give --cluster-state DIR or "
+                             f"--kubeconfig F ({looked})")
     live = bool(args.kubeconfig)
-    if args.check is not None and args.cluster_state is None and not live:
-        raise UsageError("--check compares with the profiles of a cluster state: give --cluster-state DIR or "
-                         "--kubeconfig F")
     # Without a cluster state: what the components ship, with no profile.
     fixed: list[dict[str, Any]] = [] if args.mutating else [generated.policy(), generated.binding()]
     profile_docs: list[dict[str, Any]] = (
@@ -365,13 +377,17 @@ def policies(args: argparse.Namespace) -> int:
 
 def _applied(path: Path) -> list[dict[str, Any]]:
     """The applied policies and bindings: a YAML/JSON stream or a List (``kubectl get ... -o yaml``)."""
+    from webhook.cluster.yaml_input import load_all, yaml_problem
+
     try:
         text = sys.stdin.read() if str(path) == "-" else path.read_text(encoding="utf-8")
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+        docs = [d for d in load_all(text) if d is not None]
     except OSError as exc:
         raise UsageError(f"--check: {path}: cannot read: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+    except UnicodeDecodeError as exc:
         raise UsageError(f"--check: {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"--check: {yaml_problem(path, exc)}") from None
     out: list[dict[str, Any]] = []
     for d in docs:
         if not isinstance(d, dict):
@@ -386,17 +402,20 @@ def _applied(path: Path) -> list[dict[str, Any]]:
 def certs_bootstrap(args: argparse.Namespace) -> int:
     """In-cluster (the install's Job): exit 0 done, 1 an API request failed (the Job retries), 2 unusable input."""
     from webhook.cluster.live import _client_configuration
-    from webhook.cluster.sources import LiveSourceError
+    from webhook.cluster.sources import LiveSourceError, in_cluster
     from webhook.tls.bootstrap import BootstrapError, BootstrapInputError, Target, bootstrap
 
     setup_logging(args.log_format)
+    kubeconfig = args.kubeconfig
+    if kubeconfig is None and not in_cluster():   # outside the cluster, the one kubectl would use
+        kubeconfig, _ = found_kubeconfig("colocation-webhook")
     target = Target(namespace=args.namespace, service=args.service, secret_name=args.secret_name,
                     mutating=args.mutating_webhook_configuration, validating=args.validating_webhook_configuration,
                     days=args.days)
     try:
         from kubernetes import client
 
-        api_client = client.ApiClient(_client_configuration(args.kubeconfig))
+        api_client = client.ApiClient(_client_configuration(kubeconfig))
         bootstrap(api_client, target)
     except (BootstrapInputError, LiveSourceError) as exc:
         raise UsageError(str(exc)) from None
@@ -559,7 +578,8 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                      help="a YAML stream, or a JSON v1 List")
     _state_flags(pol, "a folder of manifests: also print a policy and binding per ClusterColocationProfile, "
                       "refusing its unconverted pods while the webhook is down",
-                 "the same from this cluster's profiles (listed first)")
+                 "the same from this cluster's profiles (listed first); --check with neither: the kubeconfig "
+                 "kubectl would use ($KUBECONFIG, ~/.kube/config)")
     pol.add_argument("--check", type=Path, metavar="FILE",
                      help="instead of printing: compare, field by field, with the applied policies and bindings in "
                           "FILE (kubectl get validatingadmissionpolicies,validatingadmissionpolicybindings -l "
@@ -610,7 +630,9 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     bs.add_argument("--validating-webhook-configuration", type=object_name, metavar="NAME",
                     help="give every webhook of it the CA")
     bs.add_argument("--days", type=int, default=3650, help="validity of a new CA and certificate in days")
-    bs.add_argument("--kubeconfig", metavar="F", help="the cluster (default: the in-cluster ServiceAccount)")
+    bs.add_argument("--kubeconfig", metavar="F",
+                    help="the cluster (default: the in-cluster ServiceAccount in a pod, else the kubeconfig kubectl "
+                         "would use: $KUBECONFIG, ~/.kube/config)")
     bs.add_argument("--log-format", choices=("text", "json"), default="text", help="log lines for people or pipelines")
     bs.set_defaults(func=certs_bootstrap)
     return p
@@ -618,7 +640,8 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     command = first_positional(sys.argv[1:] if argv is None else argv)
-    return run_main("colocation-webhook", lambda: parser(command if command in COMMANDS else None), argv)
+    return run_main("colocation-webhook", lambda: parser(command if command in COMMANDS else None), argv,
+                    COMMAND_CODES)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ import yaml
 
 from webhook.cluster.state import KINDS, WEBHOOK_KINDS, ClusterState, Key, kept, object_key
 from webhook.cluster.strict import describe_unknown, kind_verdict, prepare, unknown_fields
+from webhook.cluster.yaml_input import compose_all, documents, yaml_problem
 from webhook.core.fielderrors import aggregate
 from webhook.core.validation import already_exists, object_errors, second_default
 from webhook.heap import collector_paused, malloc_trim
@@ -36,24 +37,10 @@ log = logging.getLogger(__name__)
 SUFFIXES = (".yaml", ".yml", ".json")
 _REWATCH_SECONDS = 5.0
 KUSTOMIZATIONS = ("kustomization.yaml", "kustomization.yml")  # the names kustomize reads in a folder
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-YAML_LOADER: type[yaml.SafeLoader] = _LOADER  # the C parser where PyYAML has it: safe, and far faster
 
 
 class StateFileError(ValueError):
     """A manifest that cannot be loaded; the message starts with ``path:line:``."""
-
-
-def yaml_problem(path: object, exc: yaml.YAMLError) -> str:
-    """``path:line: invalid YAML: problem`` for any YAML file a user gives (state, review, quota config,
-    kubeconfig)."""
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    line = mark.line + 1 if mark is not None else 1
-    problem = getattr(exc, "problem", None) or str(exc)
-    context, cmark = getattr(exc, "context", None), getattr(exc, "context_mark", None)
-    if context and cmark is not None and cmark.line + 1 != line:
-        problem += f" ({context} at line {cmark.line + 1})"
-    return f"{path}:{line}: invalid YAML: {problem}"
 
 
 def found(doc: object) -> str:
@@ -100,16 +87,11 @@ def _documents(path: Path) -> Iterable[tuple[int, Any, Any]]:
         except orjson.JSONDecodeError as exc:
             raise StateFileError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from exc
         return
-    loader = _LOADER(text)
     try:
-        while loader.check_node():
-            node = loader.get_node()
-            assert node is not None  # check_node() said there is one
-            yield node.start_mark.line + 1, loader.construct_document(node), node
+        for node, doc in documents(text):  # aliases bounded as kube-apiserver bounds them (yaml_input)
+            yield node.start_mark.line + 1, doc, node
     except yaml.YAMLError as exc:
         raise _yaml_error(path, exc) from exc
-    finally:
-        loader.dispose()
 
 
 def _child(node: Any, part: str | int) -> tuple[int, Any] | None:
@@ -128,10 +110,9 @@ def _node_of(path: Path, line: int) -> Any:
     and a YAML document's nodes are not kept past its load); None if the file no longer reads."""
     try:
         text = path.read_text(encoding="utf-8")
-        if path.suffix == ".json":  # JSON is YAML: composed only to point at a field
-            return yaml.compose(text, Loader=_LOADER)
-        for node in yaml.compose_all(text, Loader=_LOADER):
-            if node is not None and node.start_mark.line + 1 == line:
+        for node in compose_all(text):
+            # JSON is YAML, of one document: composed only to point at a field
+            if path.suffix == ".json" or node.start_mark.line + 1 == line:
                 return node
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         pass

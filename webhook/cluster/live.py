@@ -37,7 +37,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
 
-from webhook.cluster.files import found, utf8, yaml_problem
+from webhook.cluster.files import found, utf8
 from webhook.cluster.freshness import (
     NO_DATA,
     Backoff,
@@ -62,6 +62,7 @@ from webhook.cluster.state import (
     object_key,
 )
 from webhook.cluster.strict import CUSTOM_KINDS, check
+from webhook.cluster.yaml_input import load, yaml_problem
 from webhook.core.validation import object_problem
 
 __all__ = ["KindStatus", "LiveSource", "LiveSourceError", "Timing", "api_client", "paginated"]
@@ -122,7 +123,7 @@ def _kubeconfig_problem(kubeconfig: str) -> str | None:
     except ValueError as exc:
         return f"kubeconfig {kubeconfig}: {exc}"
     try:
-        doc = yaml.safe_load(text)
+        doc = load(text)  # before the client's loader: an alias bomb refused here, as kube-apiserver refuses it
     except yaml.YAMLError as exc:
         return f"kubeconfig {yaml_problem(kubeconfig, exc)}"
     if not isinstance(doc, dict):

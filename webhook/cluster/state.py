@@ -296,6 +296,11 @@ class ClusterState:
         """Per kind the live source keeps, the Unix time of its last complete list."""
         return {k: at for k in self.kinds if (at := self._listed_at.get(k)) is not None}
 
+    def sync_error(self) -> str | None:
+        """Why the first kind that failed before its first complete list did (None: none has failed so)."""
+        with self._lock:
+            return next((e for k, e in self._errors.items() if k not in self._synced), None)
+
     def synced_kinds(self) -> frozenset[str]:
         return frozenset(self._synced)
 

@@ -260,6 +260,36 @@ def _near(kind: str, kinds: Iterable[str]) -> str | None:
     return close[0] if close else None
 
 
+# Where a workload holds the pod template it makes pods of (apps/v1, batch/v1, core/v1), for ``audit -f``.
+TEMPLATE_PATHS: dict[str, Path] = {
+    "Deployment": ("spec", "template"), "StatefulSet": ("spec", "template"), "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"), "ReplicationController": ("spec", "template"), "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"), "PodTemplate": ("template",),
+}
+
+
+def pod_unknown_fields(obj: Mapping[str, Any]) -> list[Path]:
+    """The unknown fields of a Pod a user wrote, or of a workload's pod template (the rest of a workload is not
+    this project's to judge), as the apiserver's strict decoding names them, in document order."""
+    kind = obj.get("kind")
+    if kind == "Pod":
+        return list(_walk(obj, "V1Pod", ()))
+    where = TEMPLATE_PATHS.get(kind) if isinstance(kind, str) else None
+    if where is None:
+        return []
+    value: Any = obj
+    for part in where:
+        value = value.get(part) if isinstance(value, dict) else None
+    return list(_walk(value, "V1PodTemplateSpec", where))
+
+
+def strict_decoding(kind: str, unknown: list[Path], duplicates: Iterable[str] = ()) -> str:
+    """kubectl's words for an object the apiserver's strict decoding refuses: ``Pod in version "v1" cannot be
+    handled as a Pod: strict decoding error: ...`` (``duplicate field "..."`` as ``sigs.k8s.io/json`` names one)."""
+    errors = [*(f'duplicate field "{d}"' for d in duplicates), *([describe_unknown(unknown)] if unknown else [])]
+    return f'{kind} in version "v1" cannot be handled as a {kind}: strict decoding error: {", ".join(errors)}'
+
+
 def describe_unknown(paths: list[Path]) -> str:
     """The apiserver's text: ``unknown field "spec.selecter"``, several joined with ", "."""
     return ", ".join(f'unknown field "{format_path(p)}"' for p in paths)

@@ -172,13 +172,15 @@ def test_v1_be_folders_get_four_cpus_children_first_and_a_left_quota_goes(tmp_pa
     first = agent.cycle(now=10.0).as_dict()
     assert {"path": "cpu/kubepods/besteffort", "file": "cpu.cfs_quota_us", "value": "-1"} in first["cgroupWrites"]
     assert cpuset_writes(first) == []                               # no CPU rate yet: no budget
-    assert first["cpuSuppress"] == {"policy": "cpuset", "beCPUs": "0-7", "cores": 8.0, "fallback": None}
+    assert first["cpuSuppress"] == {"policy": "cpuset", "beCPUs": "0-7", "cores": 8.0, "fallback": None,
+                                   "reason": None}
     out = busy_cycle(agent, tmp_path, cg, ls_cpu_file(cg, 1))
     # the pairs of cores 0 and 1; every folder, containers first, the tier last
     assert cpuset_writes(out) == [(f, "0-1,4-5") for f in reversed(folders)]
     assert folders[0] == "cpuset/kubepods/besteffort" and len(folders) == 1 + 2 * 4   # tier, 4 BE pods, a container each
     assert {(cg / f / "cpuset.cpus").read_text() for f in folders} == {"0-1,4-5"}
-    assert out["cpuSuppress"] == {"policy": "cpuset", "beCPUs": "0-1,4-5", "cores": 4.0, "fallback": None}
+    assert out["cpuSuppress"] == {"policy": "cpuset", "beCPUs": "0-1,4-5", "cores": 4.0, "fallback": None,
+                                  "reason": None}
     assert metrics.suppress_cores.labels(RECORDED_NODE, "cpuset")._value.get() == 4.0
     assert 'type="cfsQuota"' not in generate_latest(metrics.registry).decode()    # only the policy in force
     assert quota.read_text() == "-1"

@@ -87,6 +87,13 @@ def test_why_the_formula_does_not_run() -> None:
     assert withheld(False, "koordinator-system/slo-controller-config", 0.0, 1.0, 15) == (
         "colocation is disabled in slo-controller-config koordinator-system/slo-controller-config "
         "(colocation-config enable, for this node)")
+    # An invalid ConfigMap is not one that disables colocation: the last good configuration (at start, the
+    # defaults) is in force.
+    assert withheld(False, "ns/cm", 0.0, 1.0, 15, invalid='colocation-config: enable: Input should be a valid '
+                    'boolean (got "yes")') == (
+        'colocation is off: slo-controller-config ns/cm is invalid (colocation-config: enable: Input should be a '
+        'valid boolean (got "yes")) and the last good configuration, in force (the defaults if none was read), does '
+        'not enable it')
     assert withheld(True, "ns/cm", None, 1.0, 15) == "no usage measured yet"
     assert withheld(True, "ns/cm", 0.0, 16 * 60.0, 15) == "usage data older than 15 minutes (degradeTimeMinutes)"
     assert withheld(True, "ns/cm", 0.0, 60.0, 15) is None

@@ -7,7 +7,14 @@ import json
 import pytest
 
 from harness.apiserver import load_exchange
-from webhook.agent.domain.slo_config import Colocation, ConfigTracker, MemoryEvict, SloConfigError, parse_slo_config
+from webhook.agent.domain.slo_config import (
+    Colocation,
+    ConfigTracker,
+    MemoryEvict,
+    SloConfigError,
+    key_notices,
+    parse_slo_config,
+)
 
 
 def cm(colocation: object = None, threshold: object = None) -> dict[str, str]:
@@ -55,8 +62,17 @@ def test_recorded_configmap() -> None:
      {"pool": "x"}, {"enable": False}, MemoryEvict(True, 80, 60)),
     ("lower defaults to threshold - 2", cm(threshold={"clusterStrategy": {"enable": True, "memoryEvictThresholdPercent": 90}}),
      {}, {}, MemoryEvict(True, 90, 88)),
-    ("unknown fields are ignored", cm({"enable": True, "metricReportIntervalSeconds": 60, "cpuCalculatePolicy": "usage"}),
+    ("Koordinator's fields not acted on are accepted", cm({"enable": True, "cpuCalculatePolicy": "usage",
+                                                             "batchCPUThresholdPercent": 50, "extensions": {}}),
      {}, {"enable": True}, MemoryEvict()),
+    ("a misspelt field is ignored", cm(threshold={"clusterStrategy": {"enable": True, "memoryEvictThresholdPrecent": 40}}),
+     {}, {}, MemoryEvict(True, 70, 68)),
+    # Go's encoding/json matches a key to a field case-insensitively: koord-manager reads "Enable" as enable.
+    ("keys match case-insensitively, as in Go", cm({"Enable": True}, {"ClusterStrategy": {"ENABLE": True}}),
+     {}, {"enable": True}, MemoryEvict(True, 70, 68)),
+    ("null is unset", cm({"enable": True, "cpuReclaimThresholdPercent": None, "nodeConfigs": None},
+                         {"clusterStrategy": None}), {}, {"enable": True, "cpuReclaimThresholdPercent": 65},
+     MemoryEvict()),
     ("empty values mean defaults", {"colocation-config": "", "resource-threshold-config": "  "}, {}, {"enable": False},
      MemoryEvict()),
 ])
@@ -72,6 +88,14 @@ def test_for_node(name: str, data: dict, labels: dict, colo_fields: dict, mem: M
     ("not an object", cm("[1]"), "colocation-config: must be a JSON object, got list"),
     ("negative reclaim", cm({"cpuReclaimThresholdPercent": -1}), "colocation-config: cpuReclaimThresholdPercent: Input should be greater than or equal to 0 (got -1)"),
     ("wrong type", cm({"enable": "true"}), 'colocation-config: enable: Input should be a valid boolean (got "true")'),
+    ("yes is no boolean", cm({"enable": "yes"}), 'colocation-config: enable: Input should be a valid boolean (got "yes")'),
+    ("wrong type in a node entry", cm(threshold={"nodeStrategies": [
+        {"name": "s", "nodeSelector": {"matchLabels": {"pool": "x"}}, "memoryEvictThresholdPercent": "60"}]}),
+     'resource-threshold-config: nodeStrategies[0].memoryEvictThresholdPercent: Input should be a valid integer (got "60")'),
+    # koord-manager's json.Unmarshal refuses these as well, though this agent does not act on them.
+    ("wrong type of a field not acted on", cm({"batchCPUThresholdPercent": "50"}),
+     'colocation-config: batchCPUThresholdPercent: Input should be a valid integer (got "50")'),
+    ("wrong type, key in another case", cm({"ENABLE": "yes"}), 'colocation-config: enable: Input should be a valid boolean (got "yes")'),
     ("fractional int", cm({"metricAggregateDurationSeconds": 1.5}), "colocation-config: metricAggregateDurationSeconds: Input should be a valid integer (got 1.5)"),
     ("diff threshold > 1", cm({"resourceDiffThreshold": 2}), "colocation-config: resourceDiffThreshold: Input should be less than or equal to 1 (got 2)"),
     ("unknown policy", cm({"memoryCalculatePolicy": "max"}), "colocation-config: memoryCalculatePolicy: Input should be 'usage', 'request' or 'maxUsageRequest' (got \"max\")"),
@@ -116,3 +140,84 @@ def test_tracker_reports_a_config_refused_for_its_type_every_time_it_changes() -
     message = t.update(bad)
     assert message is not None and "must be a string holding JSON" in message and t.error == message
     assert t.update(bad) is None and t.error == message                 # reported once, still in error
+
+
+NODE_SELECTOR = {"matchLabels": {"pool": "x"}}
+
+
+@pytest.mark.parametrize("name,data,warnings", [
+    ("misspelt in clusterStrategy", cm(threshold={"clusterStrategy": {"memoryEvictThresholdPrecent": 40}}),
+     ['resource-threshold-config: clusterStrategy: unknown key "memoryEvictThresholdPrecent" is ignored, '
+      'did you mean "memoryEvictThresholdPercent"?']),
+    ("misspelt in a node entry", cm(threshold={"nodeStrategies": [
+        {"name": "strict", "nodeSelector": NODE_SELECTOR, "memoryEvictLowerPrecent": 50}]}),
+     ['resource-threshold-config: nodeStrategies[0] (name "strict"): unknown key "memoryEvictLowerPrecent" is '
+      'ignored, did you mean "memoryEvictLowerPercent"?']),
+    ("misspelt at the top of colocation-config", cm({"enabel": True}),
+     ['colocation-config: unknown key "enabel" is ignored, did you mean "enable"?']),
+    ("misspelt in a nodeConfigs entry without a name", cm({"nodeConfigs": [
+        {"nodeSelector": NODE_SELECTOR, "cpuReclaimThresholdPrecent": 50}]}),
+     ['colocation-config: nodeConfigs[0]: unknown key "cpuReclaimThresholdPrecent" is ignored, '
+      'did you mean "cpuReclaimThresholdPercent"?']),
+    ("nothing close", cm({"colour": "blue"}), ['colocation-config: unknown key "colour" is ignored (no known key is close)']),
+    ("a strategy field outside clusterStrategy", cm(threshold={"memoryEvictThresholdPercent": 60}),
+     ['resource-threshold-config: unknown key "memoryEvictThresholdPercent" is ignored, '
+      'did you mean "clusterStrategy.memoryEvictThresholdPercent"?']),
+    ("a node entry's own keys are known", cm({"nodeConfigs": [{"name": "a", "nodeSelector": NODE_SELECTOR}]}), []),
+    ("a node entry holds no nodeConfigs", cm({"nodeConfigs": [{"name": "a", "nodeSelector": NODE_SELECTOR,
+                                                               "nodeConfigs": []}]}),
+     ['colocation-config: nodeConfigs[0] (name "a"): unknown key "nodeConfigs" is ignored (no known key is close)']),
+    ("a misspelt section", {"colocation-confg": "{}"},
+     ['data: unknown key "colocation-confg" is ignored, did you mean "colocation-config"?']),
+    # Koordinator's extensions register data keys of their own: only one close to a known key is likely a typo.
+    ("another data key", {"my-extension-config": "{}"}, []),
+    ("in an invalid config too", cm({"enable": "yes", "enabel": True}),
+     ['colocation-config: unknown key "enabel" is ignored, did you mean "enable"?']),
+])
+def test_unknown_keys_are_warned_with_the_nearest_known_key(name: str, data: dict, warnings: list[str]) -> None:
+    notices = key_notices(data)
+    assert [str(n) for n in notices if not n.koordinator] == warnings
+
+
+def test_koordinator_keys_not_acted_on_are_told_apart() -> None:
+    data = {**cm({"enable": True, "batchCPUThresholdPercent": 50, "nodeConfigs": [
+        {"name": "a", "nodeSelector": NODE_SELECTOR, "midReclaimMode": "static"}]},
+        {"clusterStrategy": {"cpuEvictPolicy": "evictByRealLimit"}}), "resource-qos-config": "{}"}
+    notices = key_notices(data)
+    assert all(n.koordinator for n in notices)
+    assert [str(n) for n in notices] == [
+        'data: key "resource-qos-config" is Koordinator\'s but this agent does not act on it',
+        'colocation-config: key "batchCPUThresholdPercent" is Koordinator\'s but this agent does not act on it',
+        'colocation-config: nodeConfigs[0] (name "a"): key "midReclaimMode" is Koordinator\'s but this agent does '
+        'not act on it',
+        'resource-threshold-config: clusterStrategy: key "cpuEvictPolicy" is Koordinator\'s but this agent does not '
+        'act on it']
+    assert [(n.section, n.key) for n in notices] == [("data", "resource-qos-config"),
+                                                     ("colocation-config", "batchCPUThresholdPercent"),
+                                                     ("colocation-config", "midReclaimMode"),
+                                                     ("resource-threshold-config", "cpuEvictPolicy")]
+
+
+def test_tracker_tells_each_key_notice_once() -> None:
+    t = ConfigTracker()
+    typo = {"clusterStrategy": {"enable": True, "memoryEvictThresholdPrecent": 40}}
+    assert t.update(cm(threshold=typo)) is None
+    (first,) = t.fresh
+    assert first.key == "memoryEvictThresholdPrecent" and t.notices == (first,)
+    assert t.update(cm(threshold=typo)) is None and t.fresh == ()               # the same data: nothing new
+    assert t.update(cm({"enable": True}, typo)) is None and t.fresh == ()      # the same typo: told once
+    assert t.notices == (first,)
+    assert t.update(cm({"enabel": True}, typo)) is None
+    assert [n.key for n in t.fresh] == ["enabel"] and len(t.notices) == 2
+    assert t.update(cm({"enable": True})) is None and t.notices == () and t.fresh == ()
+    assert t.update(cm(threshold=typo)) is None and t.fresh == (first,)        # back again: told again
+
+
+def test_tracker_keeps_the_last_good_config_on_a_wrong_type() -> None:
+    t = ConfigTracker()
+    assert t.update(cm({"enable": True})) is None
+    message = t.update(cm({"enable": "yes"}))
+    assert message == ('colocation-config: enable: Input should be a valid boolean (got "yes"); keeping the last '
+                       'good configuration')
+    assert t.invalid == 'colocation-config: enable: Input should be a valid boolean (got "yes")'
+    assert t.config.for_node({})[0].enable

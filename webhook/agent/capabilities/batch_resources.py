@@ -43,6 +43,7 @@ class BatchResources(Shared):
         self._held: str | None = None              # the reason last logged for holding
         self._raised: frozenset[str] = frozenset()  # the resources last logged as raised to the pods' requests
         self._withdrawn: str | None = None          # the reason last logged for withdrawing
+        self._dry_run_body: dict[str, object] | None = None   # the node-status patch a dry run last logged
 
     @property
     def on(self) -> bool:
@@ -64,7 +65,7 @@ class BatchResources(Shared):
             self.window.expire(now)
         cm_ns, cm_name = self.options.config_map
         why = batchcalc.withheld(colo.enable, f"{cm_ns}/{cm_name}" if inputs.config_found else None,
-                                 self.window.last_time, now, colo.degradeTimeMinutes)
+                                 self.window.last_time, now, colo.degradeTimeMinutes, inputs.config_error)
         if why is None and self.window.average("")[0] is None:
             why = batchcalc.NO_CPU_RATE
         if batchcalc.holding(why, self.started, now, colo.degradeTimeMinutes):
@@ -140,7 +141,10 @@ class BatchResources(Shared):
             return
         body = batchcalc.status_patch(wanted)
         if self.options.dry_run:
-            log.info("dry-run: would patch node %s status with %s", node_name, body)
+            # The node status never takes a dry run's patch, so every cycle would send it again: said per change.
+            if body != self._dry_run_body:
+                log.info("dry-run: would patch node %s status with %s", node_name, body)
+                self._dry_run_body = body
             self.last_update = now
         elif self.actions is not None and self.actions.patch_node_status(body):
             log.info("published batch resources on %s: %s", node_name, wanted or "removed")

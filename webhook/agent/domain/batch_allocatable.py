@@ -105,12 +105,16 @@ def batch_allocatable(alloc_cpu_milli: int, alloc_memory: int, node_cpu_milli: f
 
 
 def withheld(enabled: bool, config: str | None, last_sample: float | None, now: float,
-             degrade_minutes: float) -> str | None:
+             degrade_minutes: float, invalid: str | None = None) -> str | None:
     """Why the formula does not run (batch resources are 0, withdrawn, or held: ``holding``), or None when it
-    does. ``config``: the slo-controller-config ConfigMap's namespace/name, None when there is none."""
+    does. ``config``: the slo-controller-config ConfigMap's namespace/name, None when there is none; ``invalid``:
+    why it is not in force (the last good configuration is)."""
     if not enabled:
         if config is None:
             return "colocation is off: no slo-controller-config ConfigMap (off by default)"
+        if invalid is not None:
+            return (f"colocation is off: slo-controller-config {config} is invalid ({invalid}) and the last good "
+                    "configuration, in force (the defaults if none was read), does not enable it")
         return f"colocation is disabled in slo-controller-config {config} (colocation-config enable, for this node)"
     if last_sample is None:
         return NOTHING_MEASURED

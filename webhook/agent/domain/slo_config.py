@@ -4,7 +4,9 @@ Field names follow Koordinator's ``apis/configuration/slo_controller_config.go``
 ``apis/slo/v1alpha1/nodeslo_types.go``, defaults docs/agent.md ("Configuration: `slo-controller-config`"); per-node
 overrides (``nodeConfigs`` / ``nodeStrategies``) apply field by field, first matching nodeSelector wins.
 A config that does not parse or validate raises ``SloConfigError``; ``ConfigTracker`` keeps the last
-good one and reports each distinct problem once.
+good one and reports each distinct problem once. A key no Koordinator struct defines is ignored and told
+(``key_notices``: most likely misspelt, with the nearest known key), as is one of Koordinator's that this agent
+does not act on (docs/agent.md, "Configuration: `slo-controller-config`").
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from difflib import get_close_matches
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -20,6 +23,11 @@ from webhook.core.selectors import SelectorError, matches, selector_is_empty, va
 
 COLOCATION_KEY = "colocation-config"
 THRESHOLD_KEY = "resource-threshold-config"
+# The ConfigMap's other keys Koordinator reads (apis/configuration/slo_controller_config.go); its extensions may
+# register more, so only a data key close to one of these is taken for a misspelling.
+KOORDINATOR_DATA_KEYS = (COLOCATION_KEY, THRESHOLD_KEY, "resource-qos-config", "cpu-burst-config", "system-config",
+                         "host-application-config", "cpu-normalization-config", "resource-amplification-config")
+DATA = "data"   # the section of a notice about a data key itself
 
 
 class SloConfigError(ValueError):
@@ -27,11 +35,30 @@ class SloConfigError(ValueError):
 
 
 class _Strict(BaseModel):
-    # Go's json.Unmarshal: unknown fields ignored, wrong JSON types refused, null = unset.
+    # Go's json.Unmarshal: wrong JSON types refused, null = unset; keys matched case-insensitively (_Keys.go).
+    # Unknown keys are ignored, as there, but told (key_notices).
     model_config = ConfigDict(extra="ignore", strict=True, frozen=True)
 
 
-class ColocationStrategy(_Strict):
+class _ColocationNotActed(_Strict):
+    """ColocationStrategy's fields (apis/configuration/slo_controller_config.go) this agent does not act on, typed
+    as json.Unmarshal decodes them: a wrong type is refused, as koord-manager refuses it."""
+
+    metricAggregatePolicy: dict[str, Any] | None = None        # AggregatePolicy
+    metricMemoryCollectPolicy: str | None = None
+    cpuCalculatePolicy: str | None = None
+    midReclaimMode: str | None = None
+    midCPUThresholdPercent: int | None = None
+    midMemoryThresholdPercent: int | None = None
+    midUnallocatedPercent: int | None = None
+    midStaticCPUReservedPercent: int | None = None
+    midStaticMemoryReservedPercent: int | None = None
+    batchCPUThresholdPercent: int | None = None
+    batchMemoryThresholdPercent: int | None = None
+    extensions: dict[str, Any] | None = None                   # ColocationStrategyExtender
+
+
+class ColocationStrategy(_ColocationNotActed):
     enable: bool | None = None
     metricAggregateDurationSeconds: int | None = Field(None, ge=1)
     metricReportIntervalSeconds: int | None = Field(None, ge=1)
@@ -43,13 +70,98 @@ class ColocationStrategy(_Strict):
     resourceDiffThreshold: float | None = Field(None, gt=0, le=1)
 
 
-class ThresholdStrategy(_Strict):
+class _ThresholdNotActed(_Strict):
+    """ResourceThresholdStrategy's fields (apis/slo/v1alpha1/nodeslo_types.go) this agent does not act on, typed
+    as json.Unmarshal decodes them."""
+
+    memoryAllocatableEvictThresholdPercent: int | None = None
+    memoryAllocatableEvictLowerPercent: int | None = None
+    cpuEvictBESatisfactionUpperPercent: int | None = None
+    cpuEvictBESatisfactionLowerPercent: int | None = None
+    cpuEvictBEUsageThresholdPercent: int | None = None
+    cpuEvictTimeWindowSeconds: int | None = None
+    cpuEvictThresholdPercent: int | None = None
+    cpuEvictLowerPercent: int | None = None
+    cpuAllocatableEvictThresholdPercent: int | None = None
+    cpuAllocatableEvictLowerPercent: int | None = None
+    cpuEvictPolicy: str | None = None
+    evictEnabledPriorityThreshold: int | None = None
+    allocatableEvictPriorityThreshold: int | None = None
+
+
+class ThresholdStrategy(_ThresholdNotActed):
     enable: bool | None = None
     memoryEvictThresholdPercent: int | None = Field(None, ge=0, le=100)
     memoryEvictLowerPercent: int | None = Field(None, ge=0, le=100)
     cpuSuppressThresholdPercent: int | None = Field(None, ge=0, le=100)
     cpuSuppressMinPercent: int | None = Field(None, ge=0, le=100)
     cpuSuppressPolicy: Literal["cpuset", "cfsQuota"] | None = None
+
+
+class _Keys:
+    """The keys Koordinator's struct defines at one level of a section, those of them this agent does not act on,
+    and where a key of a level below belongs (``inner``: its name here and its keys)."""
+
+    def __init__(self, known: frozenset[str], not_acted: frozenset[str] = frozenset(),
+                 inner: tuple[str, _Keys] | None = None) -> None:
+        self.known, self.not_acted, self.inner = known, not_acted, inner
+        self._folded = {k.lower(): k for k in known}
+        self._sorted = sorted(known)
+
+    def go(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """``doc`` with each key renamed to the known one it matches case-insensitively: Go's encoding/json
+        prefers an exact match but accepts that one too, the later key winning, in document order."""
+        out: dict[str, Any] = {}
+        for key, value in doc.items():
+            out[key if key in self.known else self._folded.get(key.lower(), key)] = value
+        return out
+
+    def nearest(self, key: str) -> str | None:
+        near = get_close_matches(key, self._sorted, 1)
+        if near:
+            return near[0]
+        if self.inner is not None:
+            name, keys = self.inner
+            below = keys.nearest(key)
+            return None if below is None else f"{name}.{below}"
+        return None
+
+
+_PROFILE = frozenset({"name", "nodeSelector"})     # NodeCfgProfile, inlined in every node entry
+
+
+def _keys(model: type[_Strict], not_acted: type[_Strict], *more: str) -> _Keys:
+    return _Keys(frozenset(model.model_fields) | frozenset(more), frozenset(not_acted.model_fields))
+
+
+# ColocationCfg inlines ColocationStrategy; NodeColocationCfg and NodeResourceThresholdStrategy inline it too.
+_COLOCATION = _keys(ColocationStrategy, _ColocationNotActed, "nodeConfigs")
+_COLOCATION_NODE = _keys(ColocationStrategy, _ColocationNotActed, *_PROFILE)
+_THRESHOLD_STRATEGY = _keys(ThresholdStrategy, _ThresholdNotActed)
+_THRESHOLD = _Keys(frozenset({"clusterStrategy", "nodeStrategies"}), inner=("clusterStrategy", _THRESHOLD_STRATEGY))
+_THRESHOLD_NODE = _keys(ThresholdStrategy, _ThresholdNotActed, *_PROFILE)
+_MODEL_KEYS: dict[type[_Strict], _Keys] = {ColocationStrategy: _keys(ColocationStrategy, _ColocationNotActed),
+                                           ThresholdStrategy: _THRESHOLD_STRATEGY}
+_DATA = _Keys(frozenset(KOORDINATOR_DATA_KEYS), frozenset(KOORDINATOR_DATA_KEYS) - {COLOCATION_KEY, THRESHOLD_KEY})
+
+
+@dataclass(frozen=True, slots=True)
+class KeyNotice:
+    """A key of the ConfigMap this agent does not use: one no Koordinator struct defines there (``koordinator``
+    False: most likely misspelt; ``suggestion`` the nearest known key), or one of Koordinator's it does not act on."""
+
+    section: str          # the data key it sits under (DATA: a data key itself)
+    where: str            # "" (the section's top), "clusterStrategy", 'nodeConfigs[0] (name "big")'
+    key: str
+    koordinator: bool
+    suggestion: str | None = None
+
+    def __str__(self) -> str:
+        at = f"{self.section}: " + (f"{self.where}: " if self.where else "")
+        if self.koordinator:
+            return f'{at}key "{self.key}" is Koordinator\'s but this agent does not act on it'
+        hint = f', did you mean "{self.suggestion}"?' if self.suggestion else " (no known key is close)"
+        return f'{at}unknown key "{self.key}" is ignored{hint}'
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,14 +280,15 @@ def _load(key: str, raw: object) -> dict[str, Any]:
 def _fields(model: type[_Strict], key: str, where: str, doc: Any) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise SloConfigError(f"{key}: {where}: must be an object")
+    keys = _MODEL_KEYS[model]
     try:
-        parsed = model.model_validate(doc)
+        parsed = model.model_validate(keys.go(doc))
     except ValidationError as exc:
         raise SloConfigError(_describe(key, where, exc)) from None
-    return {k: v for k, v in parsed.model_dump().items() if v is not None}
+    return {k: v for k, v in parsed.model_dump(exclude=set(keys.not_acted)).items() if v is not None}
 
 
-def _overrides(model: type[_Strict], key: str, list_name: str, items: Any) -> tuple[_Override, ...]:
+def _overrides(model: type[_Strict], entry: _Keys, key: str, list_name: str, items: Any) -> tuple[_Override, ...]:
     if items is None:
         return ()
     if not isinstance(items, list):
@@ -185,6 +298,7 @@ def _overrides(model: type[_Strict], key: str, list_name: str, items: Any) -> tu
         where = f"{list_name}[{i}]"
         if not isinstance(item, dict):
             raise SloConfigError(f"{key}: {where}: must be an object")
+        item = entry.go(item)
         name = item.get("name")
         name = name if isinstance(name, str) else ""
         selector = item.get("nodeSelector")
@@ -212,14 +326,17 @@ def _check_watermarks(key: str, where: str, fields: Mapping[str, Any]) -> None:
 def parse_slo_config(data: Mapping[str, Any] | None) -> SloConfig:
     """Parse the ConfigMap's ``data`` (None, a missing key or an empty value mean the defaults)."""
     data = data or {}
-    colo_doc = _load(COLOCATION_KEY, data.get(COLOCATION_KEY))
-    colo_nodes = _overrides(ColocationStrategy, COLOCATION_KEY, "nodeConfigs", colo_doc.get("nodeConfigs"))
+    colo_doc = _COLOCATION.go(_load(COLOCATION_KEY, data.get(COLOCATION_KEY)))
+    colo_nodes = _overrides(ColocationStrategy, _COLOCATION_NODE, COLOCATION_KEY, "nodeConfigs",
+                            colo_doc.get("nodeConfigs"))
     cluster = {k: v for k, v in colo_doc.items() if k != "nodeConfigs"}
     colo = _fields(ColocationStrategy, COLOCATION_KEY, "", cluster)
-    thr_doc = _load(THRESHOLD_KEY, data.get(THRESHOLD_KEY))
-    thr = _fields(ThresholdStrategy, THRESHOLD_KEY, "clusterStrategy", thr_doc.get("clusterStrategy") or {})
+    thr_doc = _THRESHOLD.go(_load(THRESHOLD_KEY, data.get(THRESHOLD_KEY)))
+    strategy = thr_doc.get("clusterStrategy")
+    thr = _fields(ThresholdStrategy, THRESHOLD_KEY, "clusterStrategy", {} if strategy is None else strategy)
     _check_watermarks(THRESHOLD_KEY, "clusterStrategy.", thr)
-    thr_nodes = _overrides(ThresholdStrategy, THRESHOLD_KEY, "nodeStrategies", thr_doc.get("nodeStrategies"))
+    thr_nodes = _overrides(ThresholdStrategy, _THRESHOLD_NODE, THRESHOLD_KEY, "nodeStrategies",
+                           thr_doc.get("nodeStrategies"))
     for i, o in enumerate(thr_nodes):
         _check_watermarks(THRESHOLD_KEY, f"nodeStrategies[{i}].", {**thr, **o.fields})
     return SloConfig(colo, colo_nodes, thr, thr_nodes)
@@ -228,29 +345,97 @@ def parse_slo_config(data: Mapping[str, Any] | None) -> SloConfig:
 DEFAULT_CONFIG = parse_slo_config(None)
 
 
+def _readable(raw: object) -> dict[str, Any] | None:
+    try:
+        return _load("", raw)
+    except SloConfigError:
+        return None          # parse_slo_config's to report
+
+
+def _entry(list_name: str, i: int, item: Mapping[str, Any]) -> str:
+    name = item.get("name")
+    return f"{list_name}[{i}]" + (f' (name "{name}")' if isinstance(name, str) and name else "")
+
+
+def _scan(out: list[KeyNotice], section: str, where: str, doc: Mapping[str, Any], keys: _Keys) -> None:
+    for key in doc:
+        if key in keys.not_acted:
+            out.append(KeyNotice(section, where, key, True))
+        elif key not in keys.known:
+            out.append(KeyNotice(section, where, key, False, keys.nearest(key)))
+
+
+def _scan_entries(out: list[KeyNotice], section: str, list_name: str, items: object, entry: _Keys) -> None:
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if isinstance(item, dict):
+            item = entry.go(item)
+            _scan(out, section, _entry(list_name, i, item), item, entry)
+
+
+def key_notices(data: Mapping[str, Any] | None) -> tuple[KeyNotice, ...]:
+    """The keys of the ConfigMap's ``data`` this agent does not use, in document order, valid config or not;
+    a value that cannot be read is parse_slo_config's to report, and not looked into."""
+    data = data or {}
+    out: list[KeyNotice] = []
+    for key in data:
+        if key in _DATA.not_acted:
+            out.append(KeyNotice(DATA, "", key, True))
+        elif key not in _DATA.known:
+            near = get_close_matches(key, KOORDINATOR_DATA_KEYS, 1, 0.8)
+            if near:
+                out.append(KeyNotice(DATA, "", key, False, near[0]))
+    colo = _readable(data.get(COLOCATION_KEY))
+    if colo is not None:
+        colo = _COLOCATION.go(colo)
+        _scan(out, COLOCATION_KEY, "", colo, _COLOCATION)
+        _scan_entries(out, COLOCATION_KEY, "nodeConfigs", colo.get("nodeConfigs"), _COLOCATION_NODE)
+    thr = _readable(data.get(THRESHOLD_KEY))
+    if thr is not None:
+        thr = _THRESHOLD.go(thr)
+        _scan(out, THRESHOLD_KEY, "", thr, _THRESHOLD)
+        strategy = thr.get("clusterStrategy")
+        if isinstance(strategy, dict):
+            _scan(out, THRESHOLD_KEY, "clusterStrategy", _THRESHOLD_STRATEGY.go(strategy), _THRESHOLD_STRATEGY)
+        _scan_entries(out, THRESHOLD_KEY, "nodeStrategies", thr.get("nodeStrategies"), _THRESHOLD_NODE)
+    return tuple(out)
+
+
 class ConfigTracker:
-    """Keeps the last good config; each distinct problem is returned once (to log and to record)."""
+    """Keeps the last good config; each distinct problem is returned once (to log and to record), and each
+    distinct key notice is in ``fresh`` once."""
 
     def __init__(self) -> None:
         self.config: SloConfig = DEFAULT_CONFIG
-        self.error: str | None = None
+        self.invalid: str | None = None                # why the ConfigMap as it is now is not in force
+        self.notices: tuple[KeyNotice, ...] = ()       # the ConfigMap's, as it is now
+        self.fresh: tuple[KeyNotice, ...] = ()         # those of them the last update saw first
         self._seen: Any = object()
+
+    @property
+    def error(self) -> str | None:
+        return None if self.invalid is None else f"{self.invalid}; keeping the last good configuration"
 
     def update(self, data: Mapping[str, Any] | None) -> str | None:
         """Feed the ConfigMap's current data; returns a new problem to report, else None."""
         if data == self._seen:
+            self.fresh = ()
             return None
         # Remembered only once parsed or refused: a data the parser crashed on is tried again next time.
         seen = dict(data) if data is not None else None
+        config, invalid = None, None
         try:
-            self.config = parse_slo_config(data)
+            config = parse_slo_config(data)
         except SloConfigError as exc:
-            self._seen = seen
-            message = f"{exc}; keeping the last good configuration"
-            if message == self.error:
-                return None
-            self.error = message
-            return message
+            invalid = str(exc)
+        notices = key_notices(data)
         self._seen = seen
-        self.error = None
-        return None
+        told = set(self.notices)
+        self.fresh = tuple(n for n in notices if n not in told)
+        self.notices = notices
+        if config is not None:
+            self.config = config
+        if invalid is None or invalid == self.invalid:
+            self.invalid = invalid
+            return None
+        self.invalid = invalid
+        return self.error
