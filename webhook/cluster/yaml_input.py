@@ -73,9 +73,9 @@ class Composer:
     """Nodes from a loader's events, as PyYAML's composer makes them, with go-yaml's decode count kept.
 
     go-yaml counts in document order, a node before its children, a mapping's key before its value, with two
-    exceptions of merge keys (``<<``, decode.go ``mapping`` and ``merge``): the key is not counted, and of a
-    sequence of maps to merge neither the sequence, and its maps are decoded last to first. The counting follows
-    it: steps inside such a sequence are recorded and replayed in that order."""
+    exceptions, both of merge keys (``<<``; decode.go ``mapping`` and ``merge``): the key is not decoded, nor a
+    sequence of maps to merge, whose maps are decoded last to first. The count follows it: the steps inside
+    such a sequence are recorded and replayed in that order."""
 
     def __init__(self, loader: Any) -> None:
         self.loader = loader
