@@ -110,6 +110,7 @@ class Seen:
 
 def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any, seen: Seen) -> Iterator[Item]:
     from webhook.audit.files import KUSTOMIZE_GROUP, objects
+    from webhook.cluster.strict import pod_unknown_fields, strict_decoding
 
     for where, obj in objects(args.filename, seen.kustomize):
         seen.read += 1
@@ -134,6 +135,12 @@ def _from_files(args: argparse.Namespace, kinds: tuple[str, ...], selector: Any,
         labels = meta.get("labels")
         if selector is not None and not selector.matches(labels if isinstance(labels, dict) else {}):
             seen.filtered += 1
+            continue
+        # kubectl's strict field validation: a misspelt field of the pod (template) would be dropped by the
+        # apiserver's refusal, never applied; judged without it, the object would "agree" (docs/audit.md).
+        unknown = pod_unknown_fields(obj)
+        if unknown:
+            yield "", None, where, f"{where}: {strict_decoding(str(kind), unknown)}"
             continue
         yield str(kind), obj, where, ""
 

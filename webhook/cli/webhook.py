@@ -189,7 +189,7 @@ def _load_document(path: Path, what: str) -> dict[str, Any]:
     if start is not None and data[start.end():start.end() + 1] == b"{":
         doc = _json_document(data, shown, what)
         if doc is not None:
-            return doc
+            return _strict_pod(doc, data.decode("utf-8", "replace"), shown)
     try:
         text = utf8(data)
     except ValueError as exc:
@@ -208,7 +208,36 @@ def _load_document(path: Path, what: str) -> dict[str, Any]:
     if not isinstance(docs[0], dict):
         raise UsageError(f"{shown}: holds {found(docs[0])}; {expected}")
     _wrong_kind(docs[0].get("kind"), shown, what)
-    return docs[0]
+    return _strict_pod(docs[0], text, shown)
+
+
+def _strict_pod(doc: dict[str, Any], text: str, shown: str) -> dict[str, Any]:
+    """``doc`` when it is no Pod, or a Pod with no unknown and no repeated field; else kubectl's strict field
+    validation's refusal, at the line of the first (JSON is YAML: composed again for the lines). An
+    AdmissionReview's pod is what an apiserver decoded: not judged here."""
+    from webhook.cluster.files import child_node
+    from webhook.cluster.strict import format_path, pod_unknown_fields, strict_decoding
+    from webhook.cluster.yaml_input import compose_all, duplicate_keys
+
+    if doc.get("kind") != "Pod":
+        return doc
+    try:
+        root: Any = next(iter(compose_all(text)), None)
+    except yaml.YAMLError:
+        root = None
+    repeated = duplicate_keys(root)
+    unknown = pod_unknown_fields(doc)
+    if not unknown and not repeated:
+        return doc
+    line = repeated[0][1] if repeated else 1
+    if not repeated:
+        node = root
+        for part in unknown[0]:
+            found = child_node(node, part)
+            if found is None:
+                break
+            line, node = found
+    raise UsageError(f"{shown}:{line}: {strict_decoding('Pod', unknown, [format_path(p) for p, _ in repeated])}")
 
 
 def _review_of(doc: dict[str, Any], path: Path, operation: str | None, old: dict[str, Any] | None) -> dict[str, Any]:

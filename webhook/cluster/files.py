@@ -94,7 +94,7 @@ def _documents(path: Path) -> Iterable[tuple[int, Any, Any]]:
         raise _yaml_error(path, exc) from exc
 
 
-def _child(node: Any, part: str | int) -> tuple[int, Any] | None:
+def child_node(node: Any, part: str | int) -> tuple[int, Any] | None:
     """(line, node) of what is under a mapping key (the key's line) or a sequence index, or None."""
     if isinstance(node, yaml.MappingNode) and isinstance(part, str):
         for key, value in node.value:
@@ -125,7 +125,7 @@ def _line_of(origin: Origin, field_path: tuple[str | int, ...] = ()) -> int:
     if node is None:
         node = _node_of(path, line)
     for part in (*prefix, *field_path):
-        found = _child(node, part)
+        found = child_node(node, part)
         if found is None:
             break
         line, node = found

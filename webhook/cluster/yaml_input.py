@@ -346,3 +346,27 @@ def load(text: str) -> Any:
         raise yaml.composer.ComposerError("expected a single document in the stream", first[0].start_mark,
                                           "but found another document", second[0].start_mark)
     return first[1]
+
+
+_KeyPath = tuple[str | int, ...]
+
+
+def duplicate_keys(node: nodes.Node | None, path: _KeyPath = ()) -> list[tuple[_KeyPath, int]]:
+    """(path, line) of each mapping key that repeats an earlier one of its mapping, in document order: PyYAML (and
+    JSON decoders) keep the last silently, where the apiserver's strict decoding refuses it (``sigs.k8s.io/json``,
+    ``duplicate field "spec.containers[0].image"``)."""
+    out: list[tuple[_KeyPath, int]] = []
+    if isinstance(node, nodes.MappingNode):
+        seen: set[str] = set()
+        for key, value in node.value:
+            name = key.value if isinstance(key, nodes.ScalarNode) else None
+            if name is None:
+                continue
+            if name in seen:
+                out.append(((*path, name), key.start_mark.line + 1))
+            seen.add(name)
+            out.extend(duplicate_keys(value, (*path, name)))
+    elif isinstance(node, nodes.SequenceNode):
+        for i, item in enumerate(node.value):
+            out.extend(duplicate_keys(item, (*path, i)))
+    return out
