@@ -72,13 +72,21 @@ class Runtime:
     pod: str
 
 
+def _copy_source(root: Path, into: Path) -> None:
+    """webhook/ and, beside it, the shared library mypyc compiled its modules into (an editable compiled build
+    keeps ``webhook_compiled__mypyc.*.so`` at the root of the tree)."""
+    shutil.copytree(root / "webhook", into / "webhook", ignore=shutil.ignore_patterns("__pycache__"))
+    for lib in root.glob("webhook_compiled__mypyc*"):
+        shutil.copy2(lib, into / lib.name)
+
+
 def runtime(root: Path, site: list[Path], spare: Path) -> Runtime:
     """The project's source at ``root`` (its webhook/ and example pod) and the packages in ``site``, each where
     the user can reach it: in place, or copied under ``spare`` (a folder that user can enter)."""
     source = root
     if not reachable(root):
         source = spare / "source"
-        shutil.copytree(root / "webhook", source / "webhook", ignore=shutil.ignore_patterns("__pycache__"))
+        _copy_source(root, source)
         (source / POD).parent.mkdir(parents=True)
         shutil.copy(root / POD, source / POD)
         _entered(source)   # a clone made with umask 077 holds 0600 files
@@ -237,7 +245,7 @@ def test_the_commands_run_from_a_clone_the_other_user_cannot_enter(rt: Runtime, 
     """A clone with its venv in a folder only its owner enters (root's home, mktemp -d: tmp_path's own parents).
     ``rt``: the programs run as that user from this tree, so from the clone they must too."""
     clone = tmp_path / "clone"
-    shutil.copytree(ROOT / "webhook", clone / "webhook", ignore=shutil.ignore_patterns("__pycache__"))
+    _copy_source(ROOT, clone)
     shutil.copytree(ROOT / "examples", clone / "examples")
     site = [shutil.copytree(SITE[0], clone / ".venv" / "site-packages", copy_function=_link_or_copy,
                             ignore=shutil.ignore_patterns("__pycache__"))]

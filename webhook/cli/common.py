@@ -350,6 +350,19 @@ def _stdout_closed(prog: str) -> int:
     return EXIT_STDOUT_CLOSED
 
 
+def _interrupted(exc: BaseException) -> bool:
+    """A KeyboardInterrupt, or an error it caused: an interrupt inside a class body's ``__set_name__`` (a dataclass
+    field, while fastapi imports) reaches us as ``RuntimeError: Error calling __set_name__`` caused by it (3.11)."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return True
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    return False
+
+
 def run_main(prog: str, parser: Callable[[], argparse.ArgumentParser], argv: list[str] | None,
              codes: Mapping[str, Mapping[int, str]]) -> int:
     """Parse, run the chosen subcommand, and end in one stderr line and a documented exit code whatever happens
@@ -369,7 +382,7 @@ def run_main(prog: str, parser: Callable[[], argparse.ArgumentParser], argv: lis
             return EXIT_USAGE
         if isinstance(exc, BrokenPipeError):
             return _stdout_closed(prog)
-        if not isinstance(exc, KeyboardInterrupt):
+        if not _interrupted(exc):
             raise   # argparse's SystemExit (--help, a flag error), and a bug: as they are
         serves = any(name.split()[0] == command and EXIT_INTERRUPTED not in c for name, c in codes.items())
         with contextlib.suppress(OSError):  # one line, so that a 130 is never mistaken for a crash or for done
