@@ -215,7 +215,7 @@ def _strict_pod(doc: dict[str, Any], text: str, shown: str) -> dict[str, Any]:
     """``doc`` when it is no Pod, or a Pod with no unknown and no repeated field; else kubectl's strict field
     validation's refusal, at the line of the first (JSON is YAML: composed again for the lines). An
     AdmissionReview's pod is what an apiserver decoded: not judged here."""
-    from webhook.cluster.files import child_node
+    from webhook.cluster.files import line_at
     from webhook.cluster.strict import format_path, pod_unknown_fields, strict_decoding
     from webhook.cluster.yaml_input import compose_all, duplicate_keys
 
@@ -229,14 +229,7 @@ def _strict_pod(doc: dict[str, Any], text: str, shown: str) -> dict[str, Any]:
     unknown = pod_unknown_fields(doc)
     if not unknown and not repeated:
         return doc
-    line = repeated[0][1] if repeated else 1
-    if not repeated:
-        node = root
-        for part in unknown[0]:
-            found = child_node(node, part)
-            if found is None:
-                break
-            line, node = found
+    line = repeated[0][1] if repeated else line_at(root, unknown[0])
     raise UsageError(f"{shown}:{line}: {strict_decoding('Pod', unknown, [format_path(p) for p, _ in repeated])}")
 
 

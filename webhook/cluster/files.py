@@ -124,7 +124,13 @@ def _line_of(origin: Origin, field_path: tuple[str | int, ...] = ()) -> int:
     path, line, node, prefix = origin
     if node is None:
         node = _node_of(path, line)
-    for part in (*prefix, *field_path):
+    return line_at(node, (*prefix, *field_path), line)
+
+
+def line_at(node: Any, field_path: tuple[str | int, ...], line: int = 1) -> int:
+    """The line of the field at ``field_path`` under the YAML ``node`` (``line``: the node's own), or of the
+    nearest part of the path found."""
+    for part in field_path:
         found = child_node(node, part)
         if found is None:
             break

@@ -273,7 +273,14 @@ def pod_unknown_fields(obj: Mapping[str, Any]) -> list[Path]:
     this project's to judge), as the apiserver's strict decoding names them, in document order."""
     kind = obj.get("kind")
     if kind == "Pod":
-        return list(_walk(obj, "V1Pod", ()))
+        # What a create of it keeps: its status (dropped on create) and managedFields (the apiserver's own) are
+        # what `kubectl get -o json` carries and no user writes, and walking them was most of the cost (audit -f
+        # of such output, docs/audit.md "Speed and memory").
+        meta = obj.get("metadata")
+        kept = {k: v for k, v in obj.items() if k != "status"}
+        if isinstance(meta, dict) and "managedFields" in meta:
+            kept["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+        return list(_walk(kept, "V1Pod", ()))
     where = TEMPLATE_PATHS.get(kind) if isinstance(kind, str) else None
     if where is None:
         return []
