@@ -13,7 +13,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 DOT = ROOT / "docs" / "architecture.dot"
 SVG = ROOT / "docs" / "architecture.svg"
-PURE = ["webhook/core", "webhook/admission/domain", "webhook/agent/domain", "webhook/admission/rules"]
+PURE = ["webhook/core", "webhook/admission/domain", "webhook/agent/domain", "webhook/admission/rules",
+        # what judges an object as it enters the cluster state (the folder's sources around them are edges)
+        "webhook/cluster/intake.py", "webhook/cluster/profiles.py", "webhook/cluster/validation.py"]
 IMPURE_IMPORTS = {"os", "io", "socket", "subprocess", "threading", "asyncio", "time", "pathlib", "logging",
                   "urllib3", "kubernetes", "fastapi", "starlette", "uvicorn", "httpx", "watchfiles", "yaml"}
 
@@ -39,7 +41,7 @@ def test_the_rendered_picture_shows_every_box_of_its_source() -> None:
 @pytest.mark.parametrize("folder", PURE)
 def test_pure_folders_do_no_io(folder: str) -> None:
     found = []
-    paths = sorted((ROOT / folder).rglob("*.py"))
+    paths = [ROOT / folder] if folder.endswith(".py") else sorted((ROOT / folder).rglob("*.py"))
     assert paths, f"{folder} holds no module: the check would pass on nothing"
     for path in paths:
         for node in ast.walk(ast.parse(path.read_text())):

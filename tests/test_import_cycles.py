@@ -163,3 +163,28 @@ def test_the_check_sees_bench_and_tests_import_each_other() -> None:
                                         "tests.test_x -> bench.chain"]
     # "from harness import x" names the module x of the package
     assert "harness.real_apiserver" in import_graph(TESTS, HARNESS)["tests.e2e.test_real_apiserver"]
+
+
+# What both programs share (docs/architecture.md, "Who owns what") and what sits above it: the shared kernel and
+# the cluster state may need only each other (and the process heap), never a program's code, at any depth.
+SHARED = ("webhook.core", "webhook.cluster")
+ABOVE = ("webhook.admission", "webhook.agent", "webhook.server", "webhook.policies", "webhook.audit", "webhook.cli",
+         "webhook.tls")
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for m in graph.get(todo.pop(), ()):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+    return seen
+
+
+def test_the_kernel_and_the_state_never_reach_up_through_other_modules() -> None:
+    graph = import_graph()
+    shared = [m for m in graph if m.startswith(SHARED)]
+    assert len(shared) > 20, "the check would pass on nothing"
+    upward = {m: sorted(r for r in _reached(graph, m) if r.startswith(ABOVE)) for m in shared}
+    assert {m: r for m, r in upward.items() if r} == {}

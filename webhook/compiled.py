@@ -32,7 +32,10 @@ REBUILD = "pip install -e ."
 
 _PURE_PACKAGES = ("webhook.core", "webhook.admission.domain", "webhook.admission.rules.mutating",
                   "webhook.admission.rules.validating")
-_MODULES = ("webhook.admission.chain", "webhook.admission.context")
+# The cluster state's judgements are pure too, and were compiled in core/ and admission/domain/ before they moved
+# into cluster/ (what enters the state: docs/architecture.md); the profile a rule matches on is their class.
+_MODULES = ("webhook.admission.chain", "webhook.admission.context", "webhook.cluster.profiles",
+            "webhook.cluster.validation")
 
 
 def compiler_missing() -> str | None:

@@ -148,7 +148,7 @@ def test_initial_list_of_every_webhook_kind_then_ready(api: ReplayAPIServer, tmp
         assert state.priority_class("koord-batch")["value"] == 5000
         assert state.namespace_labels("colo-demo")["koordinator.sh/enable-colocation"] == "true"
         assert [q["metadata"]["name"] for q in state.resource_quotas("prod-apps")] == ["koord-prod-quota"]
-        assert state.colocation_profiles()[0]["spec"]["qosClass"] == "BE"
+        assert state.colocation_profiles()[0].qos_class == "BE"
         # only the one ConfigMap is kept (the recorded list also holds kube-root-ca.crt)
         assert state.config_map("koordinator-system", "slo-controller-config") is not None
         assert state.config_map("koordinator-system", "kube-root-ca.crt") is None
@@ -393,8 +393,8 @@ def test_listed_profile_with_unknown_field_fails_closed(api: ReplayAPIServer, tm
     state = ClusterState(WEBHOOK_KINDS)
     with live(state, api.url, tmp_path):
         wait_for(lambda: state.ready, what="first sync")
-        assert [p["metadata"]["name"] for p in state.colocation_profiles()] == ["colo-typo", "colocation-profile-example"]
-        assert state.invalid_colocation_profiles() == {"colo-typo": TYPO_MESSAGE}
+        assert [p.name for p in state.colocation_profiles()] == ["colo-typo", "colocation-profile-example"]
+        assert {p.name: p.error for p in state.colocation_profiles() if p.error} == {"colo-typo": TYPO_MESSAGE}
         decision, patched = mutate(pod("p", "colo-demo", labels={"app": "web"}), state)
         assert decision.allowed and patched is not None
         assert "koordinator.sh/qosClass" not in labels_of(patched)  # the typo did not make every pod BE
@@ -426,7 +426,7 @@ def test_watched_profile_with_unknown_field_is_marked_and_logged_once(api: Repla
         ("colo-typo", None),
         ("colo-typo", 'unknown field "spec.priorityClassNmae"'),
     ]
-    assert state.invalid_colocation_profiles() == {}  # deleted: the mark went with the object
+    assert [p.error for p in state.colocation_profiles()] == [None]  # deleted: the mark went with the object
     assert live_warnings(caplog) == [  # once per object and reason, not on every event
         ("WARNING", f"ClusterColocationProfile colo-typo: {TYPO_MESSAGE}; not applied until it is fixed"),
         ("INFO", "ClusterColocationProfile colo-typo: fixed, applied again"),

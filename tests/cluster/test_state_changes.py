@@ -78,12 +78,12 @@ def test_a_namespace_label_change_rebuilds_that_namespace_view_only() -> None:
 def test_a_profile_change_recompiles_that_profile_only() -> None:
     state = _state()
     before = profile_set(state)
-    kept = {o["metadata"]["name"]: compiled for o, compiled in before._compiled.values()}
+    kept = {p.name: p for p in state.colocation_profiles()}
     changed = _profile("p-red", "blue", rv="2")
     state.upsert("ClusterColocationProfile", changed)
     after = profile_set(state)
     assert after is not before
-    now = {o["metadata"]["name"]: compiled for o, compiled in after._compiled.values()}
+    now = {p.name: p for p in state.colocation_profiles()}
     assert now["p-blue"] is kept["p-blue"] and now["p-red"] is not kept["p-red"]
     assert _candidates(state, "b") == ["p-blue", "p-red"]
     state.upsert("ClusterColocationProfile", {**copy.deepcopy(changed),

@@ -186,8 +186,8 @@ def test_reload_keeps_last_good_state_and_logs_each_error_once(tmp_path: Path, c
         caplog.clear()
         f.write_text(text)
         ok = src.reload()
-        qos = state.colocation_profiles()[0]["spec"]["qosClass"]
-        selector = state.colocation_profiles()[0]["spec"]["selector"]
+        qos = state.colocation_profiles()[0].spec["qosClass"]
+        selector = state.colocation_profiles()[0].spec["selector"]
         seen.append((step, ok, qos, selector["matchLabels"], [(r.levelname, r.getMessage()) for r in caplog.records]))
     where = f"{f}:7: ClusterColocationProfile colo-be"
     kept = "cluster state reload failed, keeping the last good state: "

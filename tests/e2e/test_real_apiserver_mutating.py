@@ -28,6 +28,7 @@ from harness import real_apiserver
 from webhook.admission import chain
 from webhook.admission.review import request_from_dict
 from webhook.cli import webhook as webhook_cli
+from webhook.cluster.profiles import compile_profile
 from webhook.cluster.state import KINDS, WEBHOOK_KINDS, ClusterState
 from webhook.core.extended_resource_spec import EXTENDED_RESOURCE_SPEC
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
@@ -87,13 +88,13 @@ def _apply(c: real_apiserver.Cluster, docs: list[dict[str, Any]]) -> None:
 
 def _rendered() -> tuple[list[dict[str, Any]], list[str]]:
     classes = {d["metadata"]["name"]: d for d in _classes()}
-    out = mutating_policies.render_mutating(copy.deepcopy(PROFILES), classes.get)
+    out = mutating_policies.render_mutating([compile_profile(p) for p in copy.deepcopy(PROFILES)], classes.get)
     return out.objects, out.notes
 
 
 def _validating() -> list[dict[str, Any]]:
     classes = {d["metadata"]["name"]: d for d in _classes()}
-    rendered = profile_policies.render(copy.deepcopy(PROFILES), classes.get)
+    rendered = profile_policies.render([compile_profile(p) for p in copy.deepcopy(PROFILES)], classes.get)
     return [invariants.policy(), invariants.binding(), *rendered.objects, *rendered.band]
 
 

@@ -16,6 +16,7 @@ import yaml
 from tests import mutating as m
 from tests.cel_check import check_policies
 from webhook.cli import webhook as webhook_cli
+from webhook.cluster.profiles import compile_profile
 from webhook.cluster.state import ClusterState
 from webhook.policies import mutating
 
@@ -28,8 +29,7 @@ NOT_EXAMPLE = {"key": "koordinator.sh/enable-colocation", "operator": "DoesNotEx
 
 
 def _rendered(state: ClusterState) -> mutating.MutatingRendered:
-    return mutating.render_mutating(state.colocation_profiles(), state.priority_class,
-                                    state.invalid_colocation_profiles())
+    return mutating.render_mutating(state.colocation_profiles(), state.priority_class)
 
 
 def _names(objects: list[dict[str, Any]]) -> list[str]:
@@ -183,8 +183,9 @@ def test_a_profile_field_the_crd_does_not_know_is_caught_when_rendering(
     typo = m.profile("typo", selector={"matchLabels": {"app": "x"}}, qosClass="BE", priorityClasName="koord-batch")
     assert webhook_cli.main(["policies", "--mutating", "--cluster-state", str(_state_dir(tmp_path, typo))]) == 2
     assert 'ClusterColocationProfile typo: unknown field "spec.priorityClasName"' in capsys.readouterr().err
-    rendered = mutating.render_mutating([typo], m.make_state().priority_class,
-                                        {"typo": 'unknown field "spec.priorityClasName"'})
+    marked = compile_profile(typo)
+    marked.error = 'unknown field "spec.priorityClasName"'   # as the live source's state holds it
+    rendered = mutating.render_mutating([marked], m.make_state().priority_class)
     assert rendered.notes == ["typo: no mutating policy: the profile is invalid and never applies: unknown field "
                               '"spec.priorityClasName"']
     assert _names(rendered.objects) == [mutating.BAND_NAME, mutating.SPEC_NAME]

@@ -359,13 +359,12 @@ def policies(args: argparse.Namespace) -> int:
         applied = _applied(args.check) if args.check is not None else None
         state, source = listed_state(args.cluster_state, args.kubeconfig, False, args.sync_timeout)
         try:
-            invalid = state.invalid_colocation_profiles()
             if args.mutating:
-                made = mutating_policies.render_mutating(state.colocation_profiles(), state.priority_class, invalid)
+                made = mutating_policies.render_mutating(state.colocation_profiles(), state.priority_class)
                 notes, profile_docs = made.notes, made.objects
                 count = sum(1 for d in made.objects if d["kind"] == "MutatingAdmissionPolicy") - 2
             else:
-                rendered = profile_policies.render(state.colocation_profiles(), state.priority_class, invalid)
+                rendered = profile_policies.render(state.colocation_profiles(), state.priority_class)
                 notes, profile_docs = rendered.notes, [*rendered.band, *rendered.objects]
                 count = len(rendered.objects) // 2
         finally:

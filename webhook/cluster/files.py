@@ -2,9 +2,11 @@
 
 Loading is all-or-nothing: a folder or file that cannot be read, a file that does not parse, an object with a field
 its kind does not have (kubectl's strict field validation, ``webhook/cluster/strict.py``), one the apiserver would
-refuse (``webhook/core/validation.py``: a PriorityClass ``value: "high"``, two ``globalDefault`` classes, two objects
-of one name) or a kind that can only be a mistake (``kind_verdict``) is reported with its path and line and the
-previous state stays in place: never an empty or partial state. What is no object of the state (another kind,
+refuse (the one judgement of what enters the state, ``webhook/cluster/intake.py``: a PriorityClass ``value:
+"high"``; two ``globalDefault`` classes, two objects of one name) or a kind that can only be a mistake
+(``kind_verdict``) is reported with its path and line and the previous state stays in place: never an empty or
+partial state. A ClusterColocationProfile the apiserver stores but no rule can apply is held marked, as the live
+source holds it, and named once with its path and line. What is no object of the state (another kind,
 another tool's file: kustomize's, an AdmissionConfiguration) is skipped and named in one note per load. Only what is
 read of each object is kept (``kept``, as the live source keeps it). ``FilesSource.watch`` reloads on change
 (watchfiles).
@@ -15,7 +17,6 @@ from __future__ import annotations
 import logging
 import os
 import pickle
-import re
 import stat
 import threading
 from collections.abc import Iterable
@@ -25,11 +26,11 @@ from typing import Any, NamedTuple
 import orjson
 import yaml
 
+from webhook.cluster.intake import judge
 from webhook.cluster.state import KINDS, WEBHOOK_KINDS, ClusterState, Key, kept, object_key
 from webhook.cluster.strict import describe_unknown, kind_verdict, prepare, unknown_fields
+from webhook.cluster.validation import already_exists, second_default
 from webhook.cluster.yaml_input import compose_all, documents, yaml_problem
-from webhook.core.fielderrors import aggregate
-from webhook.core.validation import already_exists, object_errors, second_default
 from webhook.heap import collector_paused, malloc_trim
 
 log = logging.getLogger(__name__)
@@ -244,6 +245,8 @@ class _Loaded(NamedTuple):
     by_kind: dict[str, list[dict[str, Any]]]
     located: dict[Key, str]             # ``path:line`` of the ConfigMaps named ``locate``
     skipped: list[tuple[str, str]]      # (file, what) of each document skipped
+    unusable: dict[str, dict[Key, str]]  # per kind, the objects held marked (``intake.judge``) and why
+    unusable_at: list[str]              # each of them, where: ``path:line: kind name: why``
 
 
 def _load(folder: Path, locate: str | None = None, read: Iterable[str] = tuple(KINDS)) -> _Loaded:
@@ -277,21 +280,6 @@ def _resource(kind: str) -> str:
     return f"{k.plural}.{k.group}" if k.group else k.plural
 
 
-def _profile_error(obj: dict[str, Any]) -> tuple[tuple[str | int, ...], str] | None:
-    """Why the webhook could never apply a ClusterColocationProfile (``compile_profile``, the same checks the
-    live source's profiles get), with where in the object, or None."""
-    from webhook.admission.domain.colocation_profile import compile_profile  # only for a folder that holds profiles
-
-    error = compile_profile(obj).error
-    if error is None:
-        return None
-    head = error.split(":", 1)[0]
-    parts: list[str | int] = [int(p) if p.isdigit() else p for p in re.findall(r"[^.\[\]]+", head)]
-    if parts and parts[0] not in ("spec", "metadata"):
-        parts.insert(0, "spec")
-    return tuple(parts), error
-
-
 def _where(origin: Origin) -> str:
     return f"{origin[0]}:{_line_of(origin)}"
 
@@ -300,7 +288,7 @@ def _parse(folder: Path, locate: str | None, read: tuple[str, ...]) -> _Loaded:
     """Parse every file. YAML nodes are only looked at while their document is loaded: kept for every object,
     they would cost many times the objects' own memory (an object's origin is kept without its node, and found
     again only for an error)."""
-    loaded = _Loaded({k: [] for k in read}, {}, [])
+    loaded = _Loaded({k: [] for k in read}, {}, [], {}, [])
     first: dict[tuple[str, str, str], Origin] = {}     # where each object was, to name both of two
     default: tuple[str, Origin] | None = None          # the globalDefault PriorityClass, and where
     files = manifest_files(folder)
@@ -329,14 +317,13 @@ def _parse(folder: Path, locate: str | None, read: tuple[str, ...]) -> _Loaded:
                 if unknown:
                     raise StateFileError(f"{path}:{_line_of(origin, unknown[0])}: {_describe(obj)}: "
                                          f"{describe_unknown(unknown)}")
-                # What the apiserver would refuse, in its words: the first error's line, every error.
-                errors = object_errors(obj)
-                if kind == "ClusterColocationProfile" and not errors:
-                    bad = _profile_error(obj)
-                    errors = [bad] if bad is not None else []
-                if errors:
-                    raise StateFileError(f"{path}:{_line_of(origin, errors[0][0])}: {_describe(obj)}: "
-                                         f"{aggregate(text for _, text in errors)}")
+                # The one judgement of what enters the state (the live source's too): what the apiserver would
+                # refuse, in its words (the first error's line, every error), fails the load; a profile it stores
+                # but no rule can apply is held marked, as the live source holds it.
+                verdict = judge(obj)
+                if verdict.refused:
+                    raise StateFileError(f"{path}:{_line_of(origin, verdict.refused[0][0])}: {_describe(obj)}: "
+                                         f"{verdict.reason}")
                 key = (kind, meta.get("namespace") or "", meta["name"])
                 if key in first:
                     raise StateFileError(f"{path}:{_line_of(origin)}: {_describe(obj)}: "
@@ -353,6 +340,10 @@ def _parse(folder: Path, locate: str | None, read: tuple[str, ...]) -> _Loaded:
                     continue
                 if kind == "ConfigMap" and meta["name"] == locate:
                     loaded.located[object_key(obj)] = f"{path}:{_line_of(origin)}"
+                if verdict.unusable is not None:
+                    loaded.unusable.setdefault(kind, {})[object_key(obj)] = verdict.unusable[1]
+                    loaded.unusable_at.append(f"{path}:{_line_of(origin, verdict.unusable[0])}: {_describe(obj)}: "
+                                              f"{verdict.unusable[1]}")
                 # only what is read of it, as the live source keeps it (the same function)
                 loaded.by_kind[kind].append(kept(kind, obj))
     return loaded
@@ -396,6 +387,7 @@ class FilesSource:
         self.reloads = 0
         self._misplaced: list[str] = []
         self._skipped: str | None = None
+        self._unusable: list[str] = []   # the objects the last load held marked, as logged
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -403,10 +395,15 @@ class FilesSource:
         """Load once; raises StateFileError (used at start-up, where it is fatal)."""
         loaded = _load(self.folder, self.config_map[1] if self.config_map else None,
                        [k for k in self.state.kinds if k in KINDS])
-        self.state.replace_all(loaded.by_kind)
+        self.state.replace_all(loaded.by_kind, loaded.unusable)
         self.last_error = None
         self.reloads += 1
         self._check_config_map(loaded.located)
+        if loaded.unusable_at != self._unusable:  # each once, and again only when what is held marked changes
+            for where in loaded.unusable_at:
+                if where not in self._unusable:
+                    log.warning("%s; not applied until it is fixed", where)
+            self._unusable = loaded.unusable_at
         note = skipped_note(self.folder, loaded.skipped)
         if note != self._skipped:  # once, and again only when what is skipped changes
             if note is not None:

@@ -50,6 +50,7 @@ from webhook.cluster.freshness import (
     seconds,
     summary_line,
 )
+from webhook.cluster.intake import judge
 from webhook.cluster.kubeconfig import load_kubeconfig
 from webhook.cluster.state import (
     KINDS,
@@ -63,7 +64,6 @@ from webhook.cluster.state import (
 )
 from webhook.cluster.strict import CUSTOM_KINDS, check
 from webhook.cluster.yaml_input import load, yaml_problem
-from webhook.core.validation import object_problem
 
 __all__ = ["KindStatus", "LiveSource", "LiveSourceError", "Timing", "api_client", "paginated"]
 
@@ -581,9 +581,9 @@ class _Reflector:
         return self.name is None or (obj.get("metadata") or {}).get("name") == self.name
 
     def _check(self, obj: dict[str, Any]) -> str | None:
-        """Why ``obj`` must not be used (unknown fields, or what the apiserver's checks refuse: the same
-        ``object_problem`` the files source applies), logged once per object and reason; None if fine."""
-        why = (check(obj) if self.checked else None) or object_problem(obj)
+        """Why ``obj`` must not be used (unknown fields, or the one judgement the files source makes too:
+        ``intake.judge``), logged once per object and reason; None if fine."""
+        why = (check(obj) if self.checked else None) or judge(obj).reason
         key = object_key(obj)
         # The state holds the marks this reflector set (replace and delete clear what left the cluster).
         if why != self.source.state.invalid(self.kind.kind).get(key):

@@ -1,10 +1,10 @@
 """The read-only cluster view both programs query, kept in memory as raw dicts.
 
 A source (``files`` or ``live``) writes into a ``ClusterState``; rules and the agent only read.
-A source may mark an object invalid: one the apiserver's checks refuse (``webhook/core/validation.py``), or a
-ClusterColocationProfile with an unknown field, from the live source. A profile stays visible, with the reason, so
-the rules can fail closed and say why; an object of another kind is left out (a rule never reads it), its reason
-kept for the metrics.
+A source marks an object invalid by the one judgement of what enters the state (``webhook/cluster/intake.py``):
+one the apiserver's checks refuse, a ClusterColocationProfile no rule can apply, or one with an unknown field, from
+the live source. A profile stays visible, compiled with the reason as its error, so the rules fail closed and say
+why; an object of another kind is left out (a rule never reads it), its reason kept for the metrics.
 
 A watch event costs O(1): the object is set in its kind's dict in place (a reader takes one object at a time, or
 a snapshot with ``list()``, which the interpreter makes without letting a writer in between). What is derived from
@@ -15,6 +15,7 @@ its namespace, or an object's resourceVersion alone, changes nothing derived.
 
 from __future__ import annotations
 
+import copy
 import sys
 import threading
 import time
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
 from webhook.cluster.freshness import stale_reason
+from webhook.cluster.profiles import Profile, compile_profile
 from webhook.core.priority import SYSTEM_PRIORITY_CLASSES, default_priority_class
 
 SLO_CONFIG_NAMESPACE = "koordinator-system"
@@ -32,6 +34,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 _MISSING: Any = object()
 _NOTHING: dict[str, Any] = {}  # a kind with nothing derived yet
+_Compiled = tuple[list[Profile], dict[int, Profile]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,12 +198,16 @@ class ClusterState:
             self._invalid[kind] = dict(invalid or {})
             self._touch(kind)
 
-    def replace_all(self, by_kind: dict[str, list[dict[str, Any]]]) -> None:
-        """Swap every kind at once (a reloaded folder), so readers see old or new, never a mix."""
-        fresh = {k: {object_key(o): o for o in by_kind.get(k, [])} for k in self.kinds}
+    def replace_all(self, by_kind: dict[str, list[dict[str, Any]]],
+                    invalid: Mapping[str, Mapping[Key, str]] | None = None) -> None:
+        """Swap every kind at once (a reloaded folder), so readers see old or new, never a mix; ``invalid``: per
+        kind, the objects marked (``KEPT_WHEN_INVALID`` kinds only: another kind's are left out)."""
+        marks = {k: dict(m) for k, m in (invalid or {}).items() if m}
+        fresh = {k: {key: o for o in by_kind.get(k, []) if (key := object_key(o)) not in marks.get(k, ())
+                     or k in KEPT_WHEN_INVALID} for k in self.kinds}
         with self._lock:
             self._objects = fresh
-            self._invalid = {}
+            self._invalid = marks
             self._synced = set(self.kinds)
             self._errors.clear()
             for kind in self.kinds:
@@ -366,16 +373,30 @@ class ClusterState:
         labels.setdefault(NAMESPACE_NAME_LABEL, namespace)
         return labels
 
-    def colocation_profiles(self) -> list[dict[str, Any]]:
-        """Every ClusterColocationProfile, in name order (the order they apply in), invalid ones included."""
-        return self.derived(
-            "ClusterColocationProfile", "profiles",
-            lambda: [p for _, p in sorted(self._objects.get("ClusterColocationProfile", {}).items())],
-        )
+    def colocation_profiles(self) -> list[Profile]:
+        """Every ClusterColocationProfile compiled (``webhook/cluster/profiles.py``), in name order (the order they
+        apply in). One a source marked (``invalid``: no rule can apply it, an unknown field) has the mark as its
+        ``error`` and never matches. Compiled once per object: a change of one profile compiles that one."""
+        return self.derived_from_last("ClusterColocationProfile", "compiled_profiles", self._compiled_profiles)[0]
 
-    def invalid_colocation_profiles(self) -> dict[str, str]:
-        """Profile name -> why it must not be applied (see ``invalid``)."""
-        return {name: why for (_, name), why in self.invalid("ClusterColocationProfile").items()}
+    def _compiled_profiles(self, last: _Compiled | None) -> _Compiled:
+        """(the profiles, marked; id(object) -> it compiled, unmarked). A source replaces the object of a changed
+        profile and leaves the others as they were: the others are kept by identity."""
+        known = last[1] if last is not None else {}
+        compiled: dict[int, Profile] = {}
+        marks = self.invalid("ClusterColocationProfile")
+        out = []
+        for key, obj in sorted(self._objects.get("ClusterColocationProfile", {}).items()):
+            p = known.get(id(obj))
+            if p is None or p.obj is not obj:
+                p = compile_profile(obj)
+            compiled[id(obj)] = p
+            why = marks.get(key)
+            if why is not None and p.error != why:
+                p = copy.copy(p)   # the mark on a copy: the compiled profile stays as it was, for a later set
+                p.error = why
+            out.append(p)
+        return out, compiled
 
     def _in_namespace(self, kind: str, namespace: str) -> list[dict[str, Any]]:
         return self.derived(kind, "by_namespace", self._by_namespace, kind).get(namespace, [])

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.domain.batch_resources import LIMIT_RANGER, LIMIT_RANGER_PREFIX, TARGETS
-from webhook.admission.domain.colocation_profile import Profile, compile_profile
+from webhook.cluster.profiles import Profile
 from webhook.core.extended_resource_spec import EXTENDED_RESOURCE_SPEC, SPEC_RESOURCES
 from webhook.core.priority import BANDS, SUB_PRIORITY_LABEL, band_of
 from webhook.core.qos import BAND_QOS_CLASS, LEGACY_QOS_ANNOTATION, QOS_LABEL
@@ -577,16 +577,13 @@ def _class_band(p: Profile, lookup_class: Callable[[str], dict[str, Any] | None]
     return True, band if band in TARGETS else None
 
 
-def render_mutating(profiles: list[dict[str, Any]], lookup_class: Callable[[str], dict[str, Any] | None],
-                    invalid: dict[str, str] | None = None) -> MutatingRendered:
+def render_mutating(profiles: list[Profile], lookup_class: Callable[[str], dict[str, Any] | None]) -> MutatingRendered:
     """The mutating policies of a cluster state: one per profile a policy applies exactly (name order), the band
     conversion leaving the pods of class-setting or skipping profiles to them, and the extended-resource-spec
     annotation. A note per profile left without one: its pods are refused by its ValidatingAdmissionPolicy
-    (``profiles.render``) while the webhook is down, as before."""
-    compiled = sorted((compile_profile(o) for o in profiles), key=lambda p: p.name)
-    for p in compiled:
-        if invalid and p.name in invalid:
-            p.error = invalid[p.name]
+    (``profiles.render``) while the webhook is down, as before. ``profiles``: as the cluster state compiled and
+    judged them (``ClusterState.colocation_profiles``)."""
+    compiled = sorted(profiles, key=lambda p: p.name)
     valid = [p for p in compiled if p.error is None and p.percent > 0]
     out = MutatingRendered()
     unordered: dict[str, str] = {}

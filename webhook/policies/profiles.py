@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.admission.domain.batch_resources import TARGETS
-from webhook.admission.domain.colocation_profile import SKIP_UPDATE_RESOURCES, Profile, compile_profile
+from webhook.cluster.profiles import SKIP_UPDATE_RESOURCES, Profile
 from webhook.core.names import label_value, qualified_name
 from webhook.core.priority import BANDS, band_of
 from webhook.core.qos import QOS_LABEL
@@ -285,15 +285,12 @@ def _pair(p: Profile, validation: str, variables: list[dict[str, str]]) -> list[
     return _objects(name, meta, policy_spec, binding_spec)
 
 
-def render(profiles: list[dict[str, Any]], lookup_class: Callable[[str], dict[str, Any] | None],
-           invalid: dict[str, str] | None = None) -> Rendered:
+def render(profiles: list[Profile], lookup_class: Callable[[str], dict[str, Any] | None]) -> Rendered:
     """The policy and binding of each profile that can have one (name order), and a note per profile left out.
-    ``lookup_class``: a PriorityClass by name (its value decides the band); ``invalid``: profiles the cluster
-    state refused (name -> why)."""
-    compiled = sorted((compile_profile(o) for o in profiles), key=lambda p: p.name)
-    for p in compiled:
-        if invalid and p.name in invalid:
-            p.error = invalid[p.name]
+    ``profiles``: as the cluster state compiled and judged them (``ClusterState.colocation_profiles``: one it
+    holds marked has the mark as its error); ``lookup_class``: a PriorityClass by name (its value decides the
+    band)."""
+    compiled = sorted(profiles, key=lambda p: p.name)
     valid = [p for p in compiled if p.error is None and p.percent > 0]
     # A pod two profiles match gets the later one's class and QoS class, and no conversion when either skips it:
     # each policy accepts what any profile sets, through qosClass/priorityClassName, its labels or its patch.

@@ -1,50 +1,37 @@
-"""ClusterColocationProfile: compiling, matching, the probability draw and what one profile does to a pod.
+"""ClusterColocationProfile: matching, the probability draw and what one profile does to a pod.
 
-Semantics follow Koordinator (``apis/config/v1alpha1/cluster_colocation_profile_types.go``,
-``pkg/webhook/pod/mutating/cluster_colocation_profile.go``) with our deliberate deviations
-(docs/admission-rules-mutating.md, "Where we differ from Koordinator on purpose"): matching fails closed (an unknown
-namespace or a bad selector, probability or field means no match, with a reason; so does a field whose output the
-apiserver would refuse on the pod), and ``probability: 50`` gives each pod a 50 % chance (Koordinator: 51 %), drawn
-once per pod so that every (re)invocation gets the same answer (``pod_draw``).
+The profiles arrive compiled and judged (``webhook/cluster/profiles.py``, through the cluster state); this module
+never checks one again. Semantics follow Koordinator (``pkg/webhook/pod/mutating/cluster_colocation_profile.go``)
+with our deliberate deviations (docs/admission-rules-mutating.md, "Where we differ from Koordinator on purpose"):
+matching fails closed (an unknown namespace or a profile no rule can apply means no match, with a reason; so does
+a field whose output the apiserver would refuse on the pod), and ``probability: 50`` gives each pod a 50 % chance
+(Koordinator: 51 %), drawn once per pod so that every (re)invocation gets the same answer (``pod_draw``).
 
 Pure functions over plain dicts; a transformed pod shares every untouched subtree with its input.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
-import json
-import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.admission.domain.strategic_merge import StrategicMergeError, clone, merge
+from webhook.admission.domain.strategic_merge import StrategicMergeError, merge
+from webhook.cluster.profiles import IDENTITY_FIELDS, Profile
 from webhook.core.fielderrors import invalid
-from webhook.core.names import (
-    LABEL_MAX,
-    dns1123_subdomain,
-    label_value,
-    max_len_error,
-    qualified_name,
-    regex_error,
-)
+from webhook.core.names import LABEL_MAX, label_value
 from webhook.core.priority import SUB_PRIORITY_LABEL, preemption_policy_of
-from webhook.core.qos import KOORD_QOS_CLASSES, QOS_LABEL
+from webhook.core.qos import QOS_LABEL
 from webhook.core.resources import as_object, pod_shape_error
-from webhook.core.selectors import CompiledSelector, SelectorError, compile_selector, describe_selector
+from webhook.core.selectors import CompiledSelector, describe_selector
 
-SKIP_UPDATE_RESOURCES = "config.koordinator.sh/skip-update-resources"
 # The probability draw of a pod created without a name (see ``pod_draw``).
 DRAW_ANNOTATION = "colocation.koordinator.sh/probability-draw"
-_PERCENT = re.compile(r"^([0-9]+)%$")
-# A profile patch may not rename or move the pod: the draw and the apiserver depend on them.
-_IDENTITY_FIELDS = ("name", "generateName", "namespace")
 
 
-class ProfileError(ValueError):
-    """A profile field that makes the profile unusable (it then never matches)."""
+class DrawError(ValueError):
+    """A pod whose recorded probability draw is none (``DRAW_ANNOTATION``): refused, with the reason."""
 
 
 class ApplyError(ValueError):
@@ -54,26 +41,6 @@ class ApplyError(ValueError):
         super().__init__(message)
         self.message = message
         self.deny = deny
-
-
-def parse_probability(value: Any) -> int:
-    """Percent (0..100) from ``probability``: unset = 100, an integer, or "NN%". Anything else, 150 included, is a
-    bad value: the profile is refused, as our CRD refuses it, never clamped to 100 (Koordinator applies it)."""
-    if value is None:
-        return 100
-    if isinstance(value, int) and not isinstance(value, bool):
-        percent = value
-    elif isinstance(value, str):
-        if not _PERCENT.match(value):  # upstream's IsValidPercent
-            raise ProfileError(invalid("spec.probability", value, regex_error(
-                "a valid percent string must be a numeric string followed by an ending '%'", "[0-9]+%", "1%", "93%")))
-        percent = int(value[:-1])
-    else:  # the apps validation's text for an IntOrString that is neither; the value as JSON shows it (true, 0.5)
-        raise ProfileError(f"spec.probability: Invalid value: {json.dumps(value)}: must be an integer or percentage "
-                           "(e.g '5%')")
-    if not 0 <= percent <= 100:
-        raise ProfileError(invalid("spec.probability", value, "must be between 0 and 100, inclusive"))
-    return percent
 
 
 def probability_draw(namespace: str, name: str) -> int:
@@ -90,171 +57,17 @@ def pod_draw(namespace: str, name: str, generate_name: str, request_uid: str,
     a pod with a name draws from it (a StatefulSet's web-0 gets the same answer at every re-creation); a pod still
     without one (``generateName``: every ReplicaSet, Job and DaemonSet pod, all alike until the apiserver names them
     after admission) draws from its admission request's uid, unique per call, and records it, since a reinvocation
-    brings another uid. Raises ProfileError for a recorded draw that is not one.
+    brings another uid. Raises DrawError for a recorded draw that is not one.
     """
     recorded = annotations.get(DRAW_ANNOTATION)
     if recorded is not None:
         if not (isinstance(recorded, str) and recorded.isascii() and recorded.isdigit() and int(recorded) < 100):
-            raise ProfileError(invalid(f"metadata.annotations[{DRAW_ANNOTATION}]", recorded,
+            raise DrawError(invalid(f"metadata.annotations[{DRAW_ANNOTATION}]", recorded,
                                        "must be an integer from 0 to 99 (the pod's probability draw)"))
         return int(recorded), False
     if name:
         return probability_draw(namespace, name), False
     return probability_draw(namespace, f"{generate_name}{request_uid}"), True
-
-
-def _check(path: str, value: Any, errors: list[str]) -> None:
-    """The first of apimachinery's messages about ``value``, as the apiserver would word it for ``path``."""
-    if errors:
-        raise ProfileError(invalid(path, value, errors[0]))
-
-
-def _check_labels(path: str, labels: Mapping[str, Any]) -> None:
-    """Label keys and values the apiserver would refuse on the pod (``ValidateLabels``); None deletes (a patch)."""
-    for key, value in labels.items():
-        _check(f"{path}[{key}]", key, qualified_name(key))
-        if isinstance(value, str):
-            _check(f"{path}[{key}]", value, label_value(value))
-
-
-def _check_annotation_keys(path: str, keys: Iterable[str]) -> None:
-    """``ValidateAnnotations``: each key, lower-cased, is a qualified name."""
-    for key in keys:
-        _check(f"{path}[{key}]", key, qualified_name(key.lower()))
-
-
-def _check_suffixes(path: str, suffixes: Mapping[str, str]) -> None:
-    """A suffix appended to any valid value must leave a valid one: its own characters and end decide that."""
-    for key, suffix in suffixes.items():
-        if len(suffix.encode()) >= LABEL_MAX:  # appended to a value of one character at least
-            raise ProfileError(invalid(f"{path}[{key}]", suffix, max_len_error(LABEL_MAX)))
-        if suffix:
-            _check(f"{path}[{key}]", suffix, label_value("0" + suffix))
-
-
-def _check_patch(patch: dict[str, Any]) -> None:
-    """What the patch writes where the apiserver checks names: labels, annotation keys, the scheduler and class."""
-    meta = patch.get("metadata")
-    if isinstance(meta, dict):
-        if isinstance(meta.get("labels"), dict):
-            _check_labels("spec.patch.metadata.labels", {k: v for k, v in meta["labels"].items() if k != "$patch"})
-        if isinstance(meta.get("annotations"), dict):
-            _check_annotation_keys("spec.patch.metadata.annotations",
-                                   [k for k in meta["annotations"] if k != "$patch"])
-    pspec = patch.get("spec")
-    if isinstance(pspec, dict):
-        for fname in ("schedulerName", "priorityClassName"):
-            v = pspec.get(fname)
-            if isinstance(v, str) and v:
-                _check(f"spec.patch.spec.{fname}", v, dns1123_subdomain(v))
-
-
-def _string_map(spec: Mapping[str, Any], name: str) -> dict[str, str]:
-    value = spec.get(name)
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-        raise ProfileError(f"{name}: must be a map of strings")
-    return dict(value)
-
-
-@dataclass(slots=True)
-class Profile:
-    """A ClusterColocationProfile checked once: what it selects and what it sets."""
-
-    name: str
-    obj: dict[str, Any]
-    error: str | None = None                      # set: the profile never matches
-    ns_selector: CompiledSelector | None = None
-    selector: CompiledSelector | None = None
-    percent: int = 100
-    skip_update_resources: bool = False
-    labels: dict[str, str] = field(default_factory=dict)
-    annotations: dict[str, str] = field(default_factory=dict)
-    label_keys_mapping: dict[str, str] = field(default_factory=dict)
-    annotation_keys_mapping: dict[str, str] = field(default_factory=dict)
-    label_suffixes: dict[str, str] = field(default_factory=dict)
-    scheduler_name: str = ""
-    qos_class: str = ""
-    priority_class_name: str = ""
-    koordinator_priority: int | None = None
-    patch: dict[str, Any] | None = None
-
-    @property
-    def constant(self) -> bool:
-        """Only sets fixed values (no mapping, suffix or patch): applying it twice equals once."""
-        return not (self.label_keys_mapping or self.annotation_keys_mapping or self.label_suffixes
-                    or self.patch is not None)
-
-    @property
-    def spec(self) -> dict[str, Any]:
-        spec = self.obj.get("spec")
-        return spec if isinstance(spec, dict) else {}
-
-
-def compile_profile(obj: dict[str, Any]) -> Profile:
-    """Check every field once; a bad one leaves ``error`` set and the profile never matches."""
-    meta = as_object(obj.get("metadata"))
-    p = Profile(name=str(meta.get("name") or ""), obj=obj)
-    p.skip_update_resources = SKIP_UPDATE_RESOURCES in (meta.get("annotations") or {})
-    spec = obj.get("spec", {})
-    try:
-        if not isinstance(spec, dict):
-            raise ProfileError(f"spec: must be an object, got {type(spec).__name__}")
-        try:
-            p.ns_selector = compile_selector(spec.get("namespaceSelector"), "namespaceSelector")
-            p.selector = compile_selector(spec.get("selector"), "selector")
-        except SelectorError as bad:  # its own name: a compiled function types each name once
-            raise ProfileError(str(bad)) from None
-        p.percent = parse_probability(spec.get("probability"))
-        p.labels = _string_map(spec, "labels")
-        p.annotations = _string_map(spec, "annotations")
-        p.label_keys_mapping = _string_map(spec, "labelKeysMapping")
-        p.annotation_keys_mapping = _string_map(spec, "annotationKeysMapping")
-        p.label_suffixes = _string_map(spec, "labelSuffixes")
-        # What the profile writes must be what the apiserver accepts on a pod: refused here, once, naming the
-        # field, rather than every pod it matches failing after the webhooks.
-        _check_labels("spec.labels", p.labels)
-        _check_annotation_keys("spec.annotations", p.annotations)
-        for old_key, new_key in p.label_keys_mapping.items():
-            _check(f"spec.labelKeysMapping[{old_key}]", new_key, qualified_name(new_key))
-        for old_key, new_key in p.annotation_keys_mapping.items():
-            _check(f"spec.annotationKeysMapping[{old_key}]", new_key, qualified_name(new_key.lower()))
-        _check_suffixes("spec.labelSuffixes", p.label_suffixes)
-        for fname in ("schedulerName", "qosClass", "priorityClassName"):
-            v = spec.get(fname)
-            if v is not None and not isinstance(v, str):
-                raise ProfileError(f"{fname}: must be a string, got {v!r}")
-        p.scheduler_name = spec.get("schedulerName") or ""
-        for fname in ("schedulerName", "priorityClassName"):
-            if spec.get(fname):
-                _check(f"spec.{fname}", spec[fname], dns1123_subdomain(spec[fname]))
-        p.qos_class = spec.get("qosClass") or ""
-        if p.qos_class and p.qos_class not in KOORD_QOS_CLASSES:
-            raise ProfileError(f"qosClass: Unsupported value: {p.qos_class!r}: supported values: "
-                               + ", ".join(f'"{q}"' for q in KOORD_QOS_CLASSES))
-        p.priority_class_name = spec.get("priorityClassName") or ""
-        kp = spec.get("koordinatorPriority")
-        if kp is not None and (not isinstance(kp, int) or isinstance(kp, bool) or not -2**31 <= kp < 2**31):
-            raise ProfileError(f"koordinatorPriority: must be a 32-bit integer, got {kp!r}")
-        if kp is not None:  # written as the label koordinator.sh/priority: a negative number is no label value
-            _check("spec.koordinatorPriority", kp, label_value(str(kp)))
-        p.koordinator_priority = kp
-        patch = spec.get("patch")
-        if patch is not None:
-            if not isinstance(patch, dict):
-                raise ProfileError(f"patch: must be an object (a strategic merge patch), got {type(patch).__name__}")
-            patch = clone(patch)
-            pmeta = patch.get("metadata")
-            if isinstance(pmeta, dict):
-                for f in _IDENTITY_FIELDS:
-                    if f in pmeta:
-                        raise ProfileError(f"patch.metadata.{f}: a profile may not change the pod's {f}")
-            _check_patch(patch)
-            p.patch = patch or None
-    except ProfileError as exc:
-        p.error = str(exc)
-    return p
 
 
 def suffix_tails(profiles: list[Profile]) -> list[dict[str, str]]:
@@ -338,7 +151,7 @@ def _check_patched(pod: dict[str, Any], out: dict[str, Any]) -> None:
     """A patch may not move or rename the pod, nor leave one the API could not hold: what it gives is
     checked, not only its keys (``$patch: delete``/``replace`` and nulls remove fields too)."""
     before, after = as_object(pod.get("metadata")), as_object(out.get("metadata"))
-    for f in _IDENTITY_FIELDS:
+    for f in IDENTITY_FIELDS:
         if before.get(f) != after.get(f):
             raise ApplyError(f"patch: a profile may not change the pod's {f}")
     shape = pod_shape_error(out)
@@ -454,25 +267,11 @@ class NamespaceProfiles:
 
 
 class ProfileSet:
-    """Every profile of one cluster-state generation, compiled once, with per-namespace views."""
+    """Every profile of one cluster-state generation, as the state compiled and judged them
+    (``ClusterState.colocation_profiles``), with per-namespace views."""
 
-    def __init__(self, objects: list[dict[str, Any]], invalid: Mapping[str, str] | None = None,
-                 last: ProfileSet | None = None) -> None:
-        """``invalid``: profile name -> why its source rejected it (an unknown field); such a profile never applies.
-        ``last``: the set before a change; a profile whose object is the very same one is not compiled again
-        (a source replaces the object of a changed profile, and leaves the others as they were)."""
-        kept = last._compiled if last is not None else {}
-        self._compiled: dict[int, tuple[dict[str, Any], Profile]] = {}
-        for o in objects:
-            old = kept.get(id(o))
-            self._compiled[id(o)] = (o, old[1] if old is not None and old[0] is o else compile_profile(o))
-        self.profiles = []
-        for _, compiled in self._compiled.values():
-            if invalid and compiled.name in invalid:
-                # A copy carries the mark: the compiled profile is kept for a later set, where it may be fixed.
-                compiled = copy.copy(compiled)
-                compiled.error = invalid[compiled.name]
-            self.profiles.append(compiled)
+    def __init__(self, profiles: list[Profile]) -> None:
+        self.profiles = profiles
         self._views: dict[str, tuple[Mapping[str, str], NamespaceProfiles]] = {}
 
     def for_namespace(self, namespace: str, ns_labels: Mapping[str, str]) -> NamespaceProfiles:

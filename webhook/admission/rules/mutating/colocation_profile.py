@@ -15,7 +15,7 @@ from webhook.admission.context import MutatingContext
 from webhook.admission.domain.colocation_profile import (
     DRAW_ANNOTATION,
     ApplyError,
-    ProfileError,
+    DrawError,
     ProfileSet,
     explain_match,
     format_labels,
@@ -36,12 +36,13 @@ def handles(request: AdmissionRequest) -> bool:
 
 
 def profile_set(state: ClusterState) -> ProfileSet:
-    """The compiled profiles, rebuilt only when a profile changes (a namespace's labels are checked by its view)."""
-    return state.derived_from_last("ClusterColocationProfile", "colocation_profiles", _compile, state)
+    """The state's compiled profiles and their namespace views, rebuilt only when a profile changes (a namespace's
+    labels are checked by its view)."""
+    return state.derived("ClusterColocationProfile", "profile_set", _profile_set, state)
 
 
-def _compile(last: ProfileSet | None, state: ClusterState) -> ProfileSet:
-    return ProfileSet(state.colocation_profiles(), state.invalid_colocation_profiles(), last)
+def _profile_set(state: ClusterState) -> ProfileSet:
+    return ProfileSet(state.colocation_profiles())
 
 
 def admit(ctx: MutatingContext) -> Denial | None:
@@ -53,7 +54,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
     ns_labels = ctx.state.namespace_labels(ns)
     identity = ctx.identity
     if ctx.explain is not None:
-        with contextlib.suppress(ProfileError):  # a recorded draw that is none: denied below, with the reason
+        with contextlib.suppress(DrawError):  # a recorded draw that is none: denied below, with the reason
             _explain(ctx, pset, ns, ns_labels, _draw(ctx, ns)[0], identity)
     if ns_labels is None:
         ctx.warn(f"namespace {ns} is not in the webhook's cluster state; no colocation profile applied")
@@ -67,7 +68,7 @@ def admit(ctx: MutatingContext) -> Denial | None:
     if view.draws:
         try:
             draw, record = _draw(ctx, ns)
-        except ProfileError as bad:
+        except DrawError as bad:
             return forbidden(ctx.pod_name, str(bad))
     before_labels = pod_labels(ctx.pod)
     try:

@@ -1,7 +1,8 @@
 """What the apiserver would refuse of an object the cluster state holds, in its words (pure).
 
-Both sources call ``object_errors`` before an object is used: the files source refuses a file that holds such an
-object (the file and line named), the live source leaves the object out with one warning (``webhook/cluster``).
+Both sources take these checks through the one judgement of what enters the state (``webhook/cluster/intake.py``):
+the files source refuses a file that holds such an object (the file and line named), the live source leaves the
+object out with one warning.
 A state the apiserver could never hold would otherwise be used as if it could: a PriorityClass ``value: "high"``
 makes every review of its pods raise, ``value: 99999999999`` goes into ``spec.priority`` beyond int32, and
 ``preemptionPolicy: Sometimes`` into pods.
@@ -22,7 +23,7 @@ Two steps, as the apiserver takes them:
    ``ValidateResourceQuota``, ``ValidateLimitRange`` and ``ValidateConfigMap``
    (k8s.io/kubernetes/pkg/apis/core/validation/validation.go, with the resource name sets of
    pkg/apis/core/helper/helpers.go). A ClusterColocationProfile's spec is checked where it is compiled
-   (``webhook/admission/domain/colocation_profile.py``); its metadata here.
+   (``webhook/cluster/profiles.py``); its metadata here.
 
 What no single object can say, the files source checks over the whole folder with the texts below: two objects of
 one kind, namespace and name (``already_exists``), and a second ``globalDefault`` PriorityClass (``second_default``,
@@ -620,18 +621,6 @@ def object_errors(obj: dict[str, Any]) -> list[FieldError]:
     except (QuantityError, decimal.DecimalException) as exc:  # decoded above: not reached; said, never raised
         out.append(((), str(exc)))
     return out
-
-
-def object_problem(obj: dict[str, Any]) -> str | None:
-    """``object_errors`` as one text (several: ``[e1, e2]``, as the apiserver aggregates them), or None."""
-    errors = object_errors(obj)
-    if not errors:
-        return None
-    texts: list[str] = []
-    for _, text in errors:
-        if text not in texts:
-            texts.append(text)
-    return texts[0] if len(texts) == 1 else "[" + ", ".join(texts) + "]"
 
 
 def already_exists(resource: str, name: str) -> str:
