@@ -8,6 +8,7 @@ import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -70,7 +71,7 @@ def srv(state_dir: Path, cert_dir: Path) -> Iterator[Server]:
         yield s
 
 
-def _post(srv: Server, review: dict) -> dict:
+def _post(srv: Server, review: dict[str, Any]) -> dict[str, Any]:
     with srv.client() as c:
         r = c.post("/mutate", json=review)
     assert r.status_code == 200, r.text
@@ -79,7 +80,7 @@ def _post(srv: Server, review: dict) -> dict:
     return body["response"]
 
 
-def _patched(review: dict, response: dict) -> dict:
+def _patched(review: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
     obj = review["request"]["object"]
     if "patch" not in response:
         return obj

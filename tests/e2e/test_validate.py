@@ -112,7 +112,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "obj", "message"), CASES, ids=[c[0] for c in CASES])
-def test_validate_over_https(srv: Server, name: str, obj: dict, message: str | None) -> None:
+def test_validate_over_https(srv: Server, name: str, obj: dict[str, Any], message: str | None) -> None:
     resp = post(srv, review(obj))
     if message is None:
         assert resp["allowed"] is True and "status" not in resp

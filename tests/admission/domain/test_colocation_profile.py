@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 
@@ -17,12 +19,12 @@ from webhook.core.extended_resource_spec import (
 from webhook.core.quantity import canonical
 from webhook.core.selectors import compile_selector, describe_selector, matches
 
-POD = {"metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x"]},
+POD: dict[str, Any] = {"metadata": {"name": "p", "labels": {"a": "1"}, "finalizers": ["x"]},
        "spec": {"containers": [{"name": "app", "image": "nginx", "env": [{"name": "A", "value": "1"}],
                                 "volumeMounts": [{"name": "v", "mountPath": "/data"}]}],
                 "tolerations": [{"key": "t", "operator": "Exists"}]}}
 
-MERGE_CASES = [
+MERGE_CASES: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], bool]]] = [
     ("map merge", {"metadata": {"labels": {"b": "2"}}}, lambda r: r["metadata"]["labels"] == {"a": "1", "b": "2"}),
     ("null deletes", {"metadata": {"labels": {"a": None}}}, lambda r: r["metadata"]["labels"] == {}),
     ("containers merge by name", {"spec": {"containers": [{"name": "app", "image": "busybox"}]}},
@@ -48,7 +50,7 @@ MERGE_CASES = [
 
 
 @pytest.mark.parametrize("name,patch,check", MERGE_CASES, ids=[c[0] for c in MERGE_CASES])
-def test_strategic_merge(name, patch, check) -> None:  # type: ignore[no-untyped-def]
+def test_strategic_merge(name: str, patch: dict[str, Any], check: Callable[[dict[str, Any]], bool]) -> None:
     before = copy.deepcopy(POD)
     result = merge(POD, patch)
     assert check(result)
@@ -73,7 +75,7 @@ def test_strategic_merge_errors_name_the_field() -> None:
 
 @pytest.mark.parametrize("value,percent", [(None, 100), (0, 0), (50, 50), ("50%", 50), ("100%", 100), ("0%", 0),
                                            (100, 100)])
-def test_parse_probability(value, percent) -> None:  # type: ignore[no-untyped-def]
+def test_parse_probability(value: object, percent: int) -> None:
     assert parse_probability(value) == percent
 
 
@@ -95,7 +97,7 @@ BAD_PROBABILITIES = [
 
 
 @pytest.mark.parametrize("name,value,error", BAD_PROBABILITIES, ids=[c[0] for c in BAD_PROBABILITIES])
-def test_bad_probability_refuses_the_profile(name, value, error) -> None:  # type: ignore[no-untyped-def]
+def test_bad_probability_refuses_the_profile(name: str, value: object, error: str) -> None:
     with pytest.raises(ProfileError) as exc:
         parse_probability(value)
     assert str(exc.value) == error
@@ -163,12 +165,12 @@ VALID_OUTPUT = [
 
 
 @pytest.mark.parametrize("name,spec,error", REFUSED_OUTPUT, ids=[c[0] for c in REFUSED_OUTPUT])
-def test_output_the_apiserver_refuses_refuses_the_profile(name, spec, error) -> None:  # type: ignore[no-untyped-def]
+def test_output_the_apiserver_refuses_refuses_the_profile(name: str, spec: dict[str, Any], error: str) -> None:
     assert compile_profile({"metadata": {"name": "x"}, "spec": spec}).error == error
 
 
 @pytest.mark.parametrize("name,spec", VALID_OUTPUT, ids=[c[0] for c in VALID_OUTPUT])
-def test_output_the_apiserver_takes_is_kept(name, spec) -> None:  # type: ignore[no-untyped-def]
+def test_output_the_apiserver_takes_is_kept(name: str, spec: dict[str, Any]) -> None:
     assert compile_profile({"metadata": {"name": "x"}, "spec": spec}).error is None
 
 
@@ -180,7 +182,7 @@ def test_output_the_apiserver_takes_is_kept(name, spec) -> None:  # type: ignore
     ({"selector": {"matchLabels": {"a": 1}}}, "selector.matchLabels[a]: value must be a string"),
     ({"schedulerName": 3}, "schedulerName: must be a string"),
 ])
-def test_bad_profiles_never_match(spec, error) -> None:  # type: ignore[no-untyped-def]
+def test_bad_profiles_never_match(spec: dict[str, Any], error: str) -> None:
     p = compile_profile({"metadata": {"name": "x"}, "spec": spec})
     assert p.error is not None and error in p.error
 
@@ -197,7 +199,7 @@ def test_suffix_tails() -> None:
     ({"matchExpressions": [{"key": "b", "operator": "DoesNotExist"}]}, {"b": "y"}),
     ({"matchExpressions": [{"key": "b", "operator": "Exists"}]}, {}),
 ])
-def test_compiled_selector_agrees_with_matches(selector, labels) -> None:  # type: ignore[no-untyped-def]
+def test_compiled_selector_agrees_with_matches(selector: dict[str, Any], labels: dict[str, str]) -> None:
     compiled = compile_selector(selector)
     assert compiled is not None and compiled.matches(labels) == matches(selector, labels)
 
