@@ -29,7 +29,8 @@ API_FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "api
 
 
 def load_exchange(name: str) -> dict[str, Any]:
-    return json.loads((API_FIXTURES / (name if name.endswith(".json") else name + ".json")).read_text())
+    exchange: dict[str, Any] = json.loads((API_FIXTURES / (name if name.endswith(".json") else name + ".json")).read_text())
+    return exchange
 
 
 @dataclass

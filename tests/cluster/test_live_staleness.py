@@ -121,7 +121,7 @@ def messages(records: list[logging.LogRecord]) -> list[str]:
 
 def labelled_namespaces(label: dict[str, str]) -> dict[str, Any]:
     """The recorded namespace list with a label added to colo-demo, as a change made during the fault (derived)."""
-    body = copy.deepcopy(load_exchange("namespaces-list")["response"]["body"])
+    body: dict[str, Any] = copy.deepcopy(load_exchange("namespaces-list")["response"]["body"])
     for ns in body["items"]:
         if ns["metadata"]["name"] == "colo-demo":
             ns["metadata"].setdefault("labels", {}).update(label)
@@ -270,7 +270,7 @@ def test_a_reset_storm_does_not_grow_the_open_files(tmp_path: Path, cert_dir: Pa
 def storage_initializing() -> dict[str, Any]:
     """The Status of a 429 while the watch cache initializes (k8s.io/apiserver/pkg/storage/cacher: NewTooManyRequests
     ("storage is (re)initializing", 1)), derived from the recorded eviction 429's shape."""
-    body = copy.deepcopy(load_exchange("eviction-pdb-blocked-429")["response"]["body"])
+    body: dict[str, Any] = copy.deepcopy(load_exchange("eviction-pdb-blocked-429")["response"]["body"])
     body.update(message="storage is (re)initializing", reason="TooManyRequests",
                 details={"retryAfterSeconds": 1}, code=429)
     return body

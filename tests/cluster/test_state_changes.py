@@ -50,7 +50,8 @@ def test_a_quota_status_update_invalidates_nothing_a_rule_reads() -> None:
     state.upsert("ResourceQuota", _quota("q", "a", used="7"))          # a pod was created in namespace a
     assert profile_set(state) is profiles
     assert state.resource_quotas("a") is quotas
-    assert state.get("ResourceQuota", "q", "a")["status"]["used"]["pods"] == "7"   # the object is the new one
+    quota = state.get("ResourceQuota", "q", "a")
+    assert quota is not None and quota["status"]["used"]["pods"] == "7"   # the object is the new one
     state.upsert("ResourceQuota", _quota("q", "a", used="7", hard="20", status_hard="10"))   # its spec
     assert state.resource_quotas("a") is not quotas
     assert state.resource_quotas("a")[0]["spec"]["hard"]["pods"] == "20"

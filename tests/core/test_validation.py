@@ -95,7 +95,7 @@ CASES = [
                              "lower case alphanumeric characters, '-' or '.', and must start and end with an "
                              "alphanumeric character (e.g. 'example.com', regex used for validation is "
                              "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")]),
-    ("a namespace label unquoted true", ns(**{"koordinator.sh/enable-colocation": True}),
+    ("a namespace label unquoted true", ns("team-a", **{"koordinator.sh/enable-colocation": True}),
      [(("metadata", "labels", "koordinator.sh/enable-colocation"),
        "json: cannot unmarshal bool into Go struct field ObjectMeta.metadata.labels of type string")]),
     ("labels a list", {**ns(), "metadata": {"name": "team-a", "labels": ["a"]}},

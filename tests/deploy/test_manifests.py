@@ -58,7 +58,8 @@ Obj = dict[str, Any]
 
 
 def _kustomize(path: Path) -> list[Obj]:
-    out = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=60)  # type: ignore[list-item]
+    assert KUBECTL is not None, "kubectl is not installed"
+    out = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
@@ -338,7 +339,8 @@ def test_generated_certs_ca_bundle_is_the_generated_ca_and_trusts_the_served_cer
 def _container(workload: Obj) -> Obj:
     containers = workload["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
-    return containers[0]
+    container: Obj = containers[0]
+    return container
 
 
 def _hardened(workload: Obj) -> None:
@@ -633,7 +635,8 @@ def _crd() -> Obj:
 
 def _profile_schema() -> Obj:
     (version,) = _crd()["spec"]["versions"]
-    return version["schema"]["openAPIV3Schema"]
+    schema: Obj = version["schema"]["openAPIV3Schema"]
+    return schema
 
 
 def test_crd_matches_the_kind_the_code_reads() -> None:

@@ -77,15 +77,17 @@ def _post(srv: Server, review: dict[str, Any]) -> dict[str, Any]:
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["apiVersion"] == review["apiVersion"] and body["response"]["uid"] == review["request"]["uid"]
-    return body["response"]
+    response: dict[str, Any] = body["response"]
+    return response
 
 
 def _patched(review: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
-    obj = review["request"]["object"]
+    obj: dict[str, Any] = review["request"]["object"]
     if "patch" not in response:
         return obj
     assert response["patchType"] == "JSONPatch"
-    return jsonpatch.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+    patched: dict[str, Any] = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+    return patched
 
 
 def test_recorded_reviews_over_https(srv: Server) -> None:

@@ -73,7 +73,8 @@ def post(srv: Server, body: dict[str, Any]) -> dict[str, Any]:
     out = r.json()
     assert out["response"]["uid"] == body["request"]["uid"]
     assert "patch" not in out["response"]
-    return out["response"]
+    response: dict[str, Any] = out["response"]
+    return response
 
 
 def be_pod(cpu: str = "1k", priority: int = 5000, klass: str = "koord-batch", ns: str = "colo-demo",
