@@ -124,6 +124,7 @@ class ReplayAPIServer:
     def url(self) -> str:
         assert self._httpd is not None
         host, port = self._httpd.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server: its host is text
         return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     def start(self) -> ReplayAPIServer:

@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 import yaml
 from cryptography import x509
+from starlette.routing import Route
 
 from tests.structural import structural_errors
 from webhook.agent.domain.coexistence import Capability, parse_disabled
@@ -226,12 +227,12 @@ def _webhooks(objs: list[Obj]) -> list[tuple[str, Obj]]:
 def _post_routes() -> dict[str, str]:
     """Endpoint name -> path for every POST route the server serves."""
     app = create_app(ClusterState())
-    return {r.name: r.path for r in app.routes if "POST" in getattr(r, "methods", set())}
+    return {r.name: r.path for r in app.routes if isinstance(r, Route) and "POST" in (r.methods or set())}
 
 
 def _get_routes() -> set[str]:
     app = create_app(ClusterState())
-    return {r.path for r in app.routes if "GET" in getattr(r, "methods", set())}
+    return {r.path for r in app.routes if isinstance(r, Route) and "GET" in (r.methods or set())}
 
 
 @needs_kubectl

@@ -266,7 +266,8 @@ def test_promtool_unit_tests_pass(rule_dir: Path) -> None:
 
 
 def test_every_alert_has_a_unit_test_where_it_fires_and_one_where_it_does_not() -> None:
-    fires, quiet = set(), set()
+    fires: set[str] = set()
+    quiet: set[str] = set()
     for case in yaml.safe_load(UNIT_TESTS.read_text())["tests"]:
         for check in case["alert_rule_test"]:
             (fires if check["exp_alerts"] else quiet).add(check["alertname"])
