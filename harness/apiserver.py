@@ -29,7 +29,8 @@ API_FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "api
 
 
 def load_exchange(name: str) -> dict[str, Any]:
-    exchange: dict[str, Any] = json.loads((API_FIXTURES / (name if name.endswith(".json") else name + ".json")).read_text())
+    path = API_FIXTURES / (name if name.endswith(".json") else name + ".json")
+    exchange: dict[str, Any] = json.loads(path.read_text())
     return exchange
 
 

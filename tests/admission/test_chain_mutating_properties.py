@@ -111,8 +111,8 @@ def pods(draw: st.DrawFn) -> dict[str, Any]:
 
 def _state(specs: list[tuple[str, dict[str, Any], bool]]) -> ClusterState:
     objs = []
-    for name, given, skip in specs:
-        spec = {k: v for k, v in given.items() if v is not None}
+    for name, drawn, skip in specs:
+        spec = {k: v for k, v in drawn.items() if v is not None}
         objs.append(profile(name, {"config.koordinator.sh/skip-update-resources": "true"} if skip else None, **spec))
     return make_state(*objs)
 

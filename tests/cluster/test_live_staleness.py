@@ -346,7 +346,7 @@ def _reset(errno_: int, text: str) -> ConnectionError:
                                      _reset(104, "Connection reset by peer")),
     urllib3.exceptions.ProtocolError("Response ended prematurely"),
     urllib3.exceptions.ProtocolError("Connection aborted.", BrokenPipeError(32, "Broken pipe")),
-    urllib3.exceptions.MaxRetryError(None, "/api/v1/namespaces?watch=true&resourceVersion=381",  # type: ignore[arg-type]
+    urllib3.exceptions.MaxRetryError(None, "/api/v1/namespaces?watch=true&resourceVersion=381",  # type: ignore[arg-type]  # urllib3 wants a pool; none here
                                      urllib3.exceptions.ProtocolError("Connection aborted.",
                                                                       _reset(104, "Connection reset by peer"))),
 ], ids=["aborted", "broken", "ended-prematurely", "broken-pipe", "wrapped-with-its-url"])
@@ -358,9 +358,9 @@ def test_every_wording_of_a_reset_is_one_reason(exc: BaseException) -> None:
 
 
 @pytest.mark.parametrize(("exc", "reason"), [
-    (urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out."), NO_DATA),  # type: ignore[arg-type]
+    (urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out."), NO_DATA),  # type: ignore[arg-type]  # urllib3 wants a pool
     (urllib3.exceptions.ConnectTimeoutError(None, "timed out"), NO_DATA),
-    (urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection "  # type: ignore[arg-type]
+    (urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection "  # type: ignore[arg-type]  # urllib3 wants a connection
                                            "refused"), "NewConnectionError"),
 ])
 def test_timeouts_are_silence(exc: BaseException, reason: str) -> None:

@@ -146,13 +146,13 @@ def test_repeated_strings_are_held_once() -> None:
     status.hard that equals its spec.hard is the same map."""
     from webhook.cluster.state import kept
 
-    def namespace(i: int) -> dict:  # type: ignore[type-arg]
+    def namespace(i: int) -> dict[str, Any]:
         name = "".join(["ns-", str(i)])   # built, as a decoder builds each object's strings anew
         return kept("Namespace", {"kind": "Namespace", "metadata": {
             "name": name, "labels": {"kubernetes.io/metadata.name": "".join(["ns-", str(i)]),
                                      "team": "".join(["t", str(i % 2)])}}})
 
-    def quota(namespace: str, hard: dict) -> dict:  # type: ignore[type-arg]
+    def quota(namespace: str, hard: dict[str, str]) -> dict[str, Any]:
         return kept("ResourceQuota", {"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": namespace},
                                       "spec": {"hard": dict(hard)}, "status": {"hard": dict(hard), "used": {}}})
 

@@ -425,7 +425,7 @@ def _tls_secret_name(objects: list[Obj]) -> str:
     return str(_bootstrap_args(objects).secret_name)
 
 
-def _bootstrap_args(objects: list[Obj]):  # type: ignore[no-untyped-def]
+def _bootstrap_args(objects: list[Obj]) -> argparse.Namespace:
     c = _container(_one(objects, "Job"))
     assert c["command"] == ["colocation-webhook"]
     return webhook_cli.parser().parse_args(c["args"])
@@ -497,7 +497,8 @@ BESIDE = {  # the components that leave a capability to Koordinator's own node c
 def _agent_args(objects: list[Obj]) -> argparse.Namespace:
     agent_cli = importlib.import_module("webhook.cli.agent")
     args = [a.replace("$(NODE_NAME)", "node-1") for a in _container(_one(objects, "DaemonSet", "colocation-agent"))["args"]]
-    return agent_cli.parser().parse_args(args)  # type: ignore[no-any-return]
+    parsed: argparse.Namespace = agent_cli.parser().parse_args(args)
+    return parsed
 
 
 @needs_kubectl
