@@ -123,7 +123,7 @@ def client_config(kubeconfig: Path) -> Any:
     from kubernetes import client, config
 
     cfg = client.Configuration()
-    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)  # type: ignore[no-untyped-call]  # the client is untyped
     return cfg
 
 

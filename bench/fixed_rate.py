@@ -16,6 +16,7 @@ import asyncio
 import ssl
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -44,8 +45,11 @@ class Result:
                 f"generator late {self.late_starts}")
 
 
+Check = Callable[[bytes], str | None]  # an answer's body -> what is wrong with it, or None
+
+
 async def _connection(host: str, port: int, ctx: ssl.SSLContext, server_name: str, request: bytes,
-                      queue: asyncio.Queue, result: Result, check) -> None:  # type: ignore[no-untyped-def]
+                      queue: asyncio.Queue[float | None], result: Result, check: Check | None) -> None:
     """One keep-alive connection taking scheduled send times from ``queue`` until it gets None."""
     reader, writer = await asyncio.open_connection(host, port, ssl=ctx, server_hostname=server_name)
     try:
@@ -81,7 +85,7 @@ async def _connection(host: str, port: int, ctx: ssl.SSLContext, server_name: st
 
 
 async def run(url: str, body: bytes, ca: Path, rate: float, duration: float, connections: int = 32,
-              check=None) -> Result:  # type: ignore[no-untyped-def]
+              check: Check | None = None) -> Result:
     """Send ``rate`` requests per second for ``duration`` seconds; ``check(body)`` may flag bad answers.
 
     Hand-written HTTP/1.1 over asyncio streams: an httpx client's CPU per request (docs/benchmarks.md)
@@ -94,7 +98,7 @@ async def run(url: str, body: bytes, ca: Path, rate: float, duration: float, con
                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     ctx = ssl.create_default_context(cafile=str(ca))
     result = Result()
-    queue: asyncio.Queue = asyncio.Queue()
+    queue: asyncio.Queue[float | None] = asyncio.Queue()
     workers = [asyncio.create_task(_connection("127.0.0.1", port, ctx, host, request, queue, result, check))
                for _ in range(connections)]
     await asyncio.sleep(0.2)  # let the TLS handshakes finish before the clock starts

@@ -275,7 +275,7 @@ def main() -> int:
         finally:
             memory.remove()
     if args.slow:
-        with tempfile.TemporaryDirectory() as tmp, server(args.tree, Path(tmp)) as (port, _, ca):
+        with tempfile.TemporaryDirectory() as slow_tmp, server(args.tree, Path(slow_tmp)) as (port, _, ca):
             ctx = ssl.create_default_context(cafile=str(ca))
             asyncio.run(slow_clients(port, ctx, args.slow))
     return 0

@@ -9,6 +9,7 @@ import json
 import os
 import ssl
 from pathlib import Path
+from typing import Any
 
 from bench.webhook_load import DEFAULT_REVIEW
 
@@ -16,6 +17,7 @@ from bench.webhook_load import DEFAULT_REVIEW
 def large_review(kind: str) -> bytes:
     review = json.loads(DEFAULT_REVIEW.read_text())
     resources = {"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}
+    containers: list[dict[str, Any]]
     if kind == "hostile":
         containers = [{"name": f"c{i}", "image": "b", "resources": resources} for i in range(23_500)]
     else:

@@ -24,6 +24,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -63,7 +64,8 @@ def build(namespaces: int, quotas: int, profiles: int, classes: int) -> ClusterS
                  "spec": {"namespaceSelector": {"matchLabels": {"koordinator.sh/enable-colocation": "true"}},
                           "selector": {"matchLabels": {"koordinator.sh/enable-colocation": "true"}},
                           "qosClass": "BE", "priorityClassName": "koord-batch", "schedulerName": "koord-scheduler"}})
-    held = {"Namespace": ns, "ResourceQuota": rq, "PriorityClass": pcs, "ClusterColocationProfile": ccps}
+    held: dict[str, list[dict[str, Any]]] = {"Namespace": ns, "ResourceQuota": rq, "PriorityClass": pcs,
+                                             "ClusterColocationProfile": ccps}
     for kind in WEBHOOK_KINDS:  # every kind the webhook waits for, the others empty
         state.replace(kind, held.get(kind, []))
         state.mark_synced(kind)

@@ -170,7 +170,7 @@ def state_folder(folder: Path, n_ns: int, n_profiles: int = 1000, n_classes: int
     return out
 
 
-def burst_peak(port: int, ca: Path, pid: int, memory: Any, burst: int, rounds: int = 3) -> float:
+def burst_peak(port: int, ca: Path, pid: int, memory: Memory, burst: int, rounds: int = 3) -> float:
     """Peak MiB while ``burst`` large reviews arrive at once, ``rounds`` times 3 s apart (as hostile_load)."""
     body = large_review("at-the-caps")
     ctx = ssl.create_default_context(cafile=str(ca))

@@ -40,7 +40,8 @@ local f = io.open("{body}", "rb"); wrk.body = f:read("*a"); f:close()
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def wait_ready(url: str, ca: Path, timeout: float = 30, path: str = "/healthz") -> None:
@@ -81,14 +82,21 @@ def to_ms(value: str) -> float:
     return {"us": n / 1000, "ms": n, "s": n * 1000}[m.group(2)]
 
 
+def _found(pattern: str, out: str) -> str:
+    """The first group of ``pattern`` (lines anchored) in wrk's report, which always holds it."""
+    match = re.search(pattern, out, re.M)
+    assert match is not None, f"wrk printed no {pattern!r}: {out}"
+    return match.group(1)
+
+
 def run_wrk(url: str, body: Path, duration: int, connections: int, workdir: Path) -> dict[str, float]:
     script = workdir / "post.lua"
     script.write_text(LUA.format(body=body))
     cmd = pinned(["wrk", "-t1", f"-c{connections}", f"-d{duration}s", "--latency", "-s", str(script), url], "1")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
-    p50 = to_ms(re.search(r"^\s+50%\s+(\S+)$", out, re.M).group(1))  # type: ignore[union-attr]
-    p99 = to_ms(re.search(r"^\s+99%\s+(\S+)$", out, re.M).group(1))  # type: ignore[union-attr]
+    rps = float(_found(r"Requests/sec:\s+([\d.]+)", out))
+    p50 = to_ms(_found(r"^\s+50%\s+(\S+)$", out))
+    p99 = to_ms(_found(r"^\s+99%\s+(\S+)$", out))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     socket_errors = re.search(r"Socket errors: (.*)", out)
     if socket_errors:

@@ -29,7 +29,9 @@ API_FIXTURES = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "api
 
 
 def load_exchange(name: str) -> dict[str, Any]:
-    return json.loads((API_FIXTURES / (name if name.endswith(".json") else name + ".json")).read_text())
+    path = API_FIXTURES / (name if name.endswith(".json") else name + ".json")
+    exchange: dict[str, Any] = json.loads(path.read_text())
+    return exchange
 
 
 @dataclass
@@ -123,6 +125,7 @@ class ReplayAPIServer:
     def url(self) -> str:
         assert self._httpd is not None
         host, port = self._httpd.server_address[:2]
+        assert isinstance(host, str)  # an AF_INET server: its host is text
         return f"{'https' if self.tls else 'http'}://{host}:{port}"
 
     def start(self) -> ReplayAPIServer:

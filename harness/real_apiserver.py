@@ -184,7 +184,8 @@ def _wait_ready(kubeconfig: Path, procs: list[subprocess.Popen[bytes]], log: Pat
     while time.monotonic() < deadline:
         for p in procs:
             if p.poll() is not None:
-                raise RuntimeError(f"{p.args[0]} exited with {p.returncode}: {log.read_text()[-3000:]}")
+                program = os.fsdecode(p.args if isinstance(p.args, (str, bytes, os.PathLike)) else p.args[0])
+                raise RuntimeError(f"{program} exited with {p.returncode}: {log.read_text()[-3000:]}")
         done = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get", "--raw", "/readyz"],
                               capture_output=True, text=True, check=False)
         if done.returncode == 0 and done.stdout.strip() == "ok":

@@ -29,6 +29,8 @@ from typing import Any
 
 import celpy
 from celpy import celtypes
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 
 from tests.cel_check import require_clean
 from webhook.core.quantity import QuantityError, parse_quantity
@@ -226,11 +228,12 @@ class _Variables(celtypes.MapType):
 
     def __getitem__(self, key: Any) -> Any:
         name = str(key)
-        if not dict.__contains__(self, name):
+        kept: dict[Any, Any] = self  # the plain dict below MapType, its keys the names as str
+        if not dict.__contains__(kept, name):
             if name not in self.programs:
                 raise KeyError(name)
-            dict.__setitem__(self, name, self.programs[name].evaluate(self.activation))
-        return dict.__getitem__(self, name)
+            dict.__setitem__(kept, name, self.programs[name].evaluate(self.activation))
+        return dict.__getitem__(kept, name)
 
 
 class Policy:
@@ -270,11 +273,11 @@ class Policy:
         """``request``: an AdmissionRequest as a dict, with ``object`` and ``oldObject``."""
         if not self.matches(request, namespace_labels):
             return ADMITTED
-        activation: dict[str, Any] = {"request": celpy.json_to_cel(request),
-                                      "object": celpy.json_to_cel(request.get("object")),
-                                      "oldObject": celpy.json_to_cel(request.get("oldObject")),
+        activation: dict[str, Any] = {"request": json_to_cel(request),
+                                      "object": json_to_cel(request.get("object")),
+                                      "oldObject": json_to_cel(request.get("oldObject")),
                                       # The request's Namespace as the apiserver's informer holds it (name, labels).
-                                      "namespaceObject": celpy.json_to_cel({"metadata": {
+                                      "namespaceObject": json_to_cel({"metadata": {
                                           "name": request.get("namespace", ""),
                                           "labels": {"kubernetes.io/metadata.name": request.get("namespace", ""),
                                                      **(namespace_labels or {})}}})}
@@ -284,11 +287,11 @@ class Policy:
             activation["variables"] = _Variables(self.variables, activation)
             for check, message, message_expr, reason in self.validations:
                 verdict = check.evaluate(activation)
-                if isinstance(verdict, celpy.CELEvalError):
+                if isinstance(verdict, CELEvalError):
                     raise verdict
                 if not bool(verdict):
                     text = message_expr.evaluate(activation) if message_expr is not None else None
-                    if isinstance(text, celpy.CELEvalError):
+                    if isinstance(text, CELEvalError):
                         text = None
                     # Upstream (plugin/policy/validating/validator.go) trims the text, drops one over
                     # MaxEvaluatedMessageExpressionSizeBytes or with a line break, and then uses message.
@@ -297,7 +300,7 @@ class Policy:
                         text = ""
                     shown = text or " ".join(str(message or "").split())
                     return Outcome(matched=True, allowed=False, message=shown, reason=reason)
-        except (celpy.CELEvalError, TypeError, ValueError, KeyError) as exc:
+        except (CELEvalError, TypeError, ValueError, KeyError) as exc:
             if self.failure_policy == "Ignore":
                 return Outcome(matched=True, allowed=True, error=True, message=str(exc))
             return Outcome(matched=True, allowed=False, error=True, message=f"expression error: {exc}")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -28,7 +29,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -43,7 +45,7 @@ class Server:
     def port(self) -> int:
         return int(self.url.rsplit(":", 1)[1])
 
-    def client(self, **kw) -> httpx.Client:  # type: ignore[no-untyped-def]
+    def client(self, **kw: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, verify=ssl.create_default_context(cafile=str(self.certs.ca_cert)),
                             timeout=10, **kw)
 
@@ -81,7 +83,8 @@ def run_server(state: ClusterState, cert_dir: Path, settings: chain.Settings | N
     server = AdmissionServer(create_server(state, settings, policy=policy, openapi=openapi, middleware=middleware),
                              options, certs.cert, certs.key, client_ca, watch_certs=False)
     if keep_alive is not None:  # uvicorn's --timeout-keep-alive (5 s), which each connection reads as it opens
-        server.config.timeout_keep_alive = keep_alive
+        # uvicorn's Config says int; it only hands the value to loop.call_later, which takes seconds as a float
+        server.config.timeout_keep_alive = keep_alive  # type: ignore[assignment]  # uvicorn types it int
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

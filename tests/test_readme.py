@@ -93,10 +93,11 @@ def test_every_readme_command_works_as_written(clone: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
     server = subprocess.Popen(["bash", "-c", f"exec {serve_cmd}"], cwd=clone, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert server.stdout is not None  # stdout=PIPE
     try:
         deadline = time.monotonic() + 30
         while not _port_open(int(ports["8443"])):
-            assert server.poll() is None, f"serve exited: {server.stdout.read().decode()}"  # type: ignore[union-attr]
+            assert server.poll() is None, f"serve exited: {server.stdout.read().decode()}"
             assert time.monotonic() < deadline, "serve did not listen within 30 s"
             time.sleep(0.1)
         outputs = []

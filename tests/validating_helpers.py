@@ -64,7 +64,8 @@ def batch(cpu: Any = "500", memory: Any = "1Gi") -> dict[str, Any]:
 
 def request(obj: dict[str, Any], operation: str = "CREATE", old: dict[str, Any] | None = None,
             sub: str = "") -> AdmissionRequest:
-    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    given = obj.get("metadata")
+    meta: dict[str, Any] = given if isinstance(given, dict) else {}
     envelope = request_from_dict({
         "uid": "0000-test", "kind": {"group": "", "version": "v1", "kind": "Pod"},
         "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": sub,

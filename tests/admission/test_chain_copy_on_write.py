@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 import os
+from pathlib import Path
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -45,7 +47,7 @@ def test_mutate_leaves_request_object_unchanged(fixture: str) -> None:
 @settings(max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "100")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(pod=pods(), specs=profiles)
-def test_mutate_never_changes_its_input(pod, specs) -> None:  # type: ignore[no-untyped-def]
+def test_mutate_never_changes_its_input(pod: dict[str, Any], specs: list[tuple[str, dict[str, Any], bool]]) -> None:
     state = _state(specs)
     given_pod = copy.deepcopy(pod)
     decision = chain.mutate(request(given_pod), state, chain.Settings())
@@ -61,7 +63,7 @@ def test_mutate_never_changes_its_input(pod, specs) -> None:  # type: ignore[no-
 def test_patch_builder_copies_on_write() -> None:
     labels = {"a": "1"}
     containers = [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]
-    doc = {"metadata": {"labels": labels}, "spec": {"containers": containers}}
+    doc: dict[str, Any] = {"metadata": {"labels": labels}, "spec": {"containers": containers}}
     original = copy.deepcopy(doc)
     pb = PatchBuilder(doc)
     pb.set(("metadata", "labels", "b"), "2")
@@ -84,8 +86,8 @@ def test_later_write_below_an_added_value_keeps_the_op() -> None:
     assert value == {"containers": [{"name": "a", "env": []}]}  # the caller's value is not changed either
 
 
-def _deep(levels: int) -> dict:
-    value: dict = {}
+def _deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
     for _ in range(levels):
         value = {"a": value}
     return value
@@ -95,7 +97,7 @@ def _deep(levels: int) -> dict:
     ("nested deeper than orjson writes", _deep(300)),
     ("integer beyond 64 bits", 10**30),
 ])
-def test_an_object_orjson_cannot_write_never_breaks_an_answer(name: str, extra: object, cert_dir) -> None:  # type: ignore[no-untyped-def]
+def test_an_object_orjson_cannot_write_never_breaks_an_answer(name: str, extra: object, cert_dir: Path) -> None:
     """The chain works on it; the server answers 200, or 400 when a patch value could not be written."""
     import base64
     import json
@@ -107,7 +109,7 @@ def test_an_object_orjson_cannot_write_never_breaks_an_answer(name: str, extra: 
     p["spec"]["extra"] = extra
     decision = chain.mutate(request(p), make_state(), chain.Settings())
     assert decision.allowed, name
-    review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+    review: dict[str, Any] = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
               "request": {"uid": "u1", "operation": "CREATE", "object": p, "userInfo": {},
                           "kind": {"group": "", "version": "v1", "kind": "Pod"},
                           "resource": {"group": "", "version": "v1", "resource": "pods"}}}

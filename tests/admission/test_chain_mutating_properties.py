@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
+from typing import Any
 
 import jsonpatch
 from hypothesis import HealthCheck, assume, event, given, settings
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from tests.mutating import make_state, profile, request
 from webhook.admission import chain
+from webhook.cluster.state import ClusterState
 from webhook.core.priority import resolve_priority
 
 KEYS = st.sampled_from(["app", "tier", "team", "x", "koordinator.sh/qosClass"])
@@ -77,12 +79,12 @@ pod_level = st.fixed_dictionaries({}, optional={
 
 
 @st.composite
-def pods(draw):  # type: ignore[no-untyped-def]
+def pods(draw: st.DrawFn) -> dict[str, Any]:
     ns = draw(st.sampled_from(["default", "colo-demo", "prod-apps"]))
     cls = draw(st.one_of(st.none(), CLASSES))
     value = {"koord-prod": 9000, "koord-mid": 7000, "koord-batch": 5000, "koord-free": 3000,
              "system-cluster-critical": 2000000000}.get(cls or "", 0)
-    meta = {"namespace": ns, "labels": draw(st.dictionaries(KEYS, VALUES, max_size=3))}
+    meta: dict[str, Any] = {"namespace": ns, "labels": draw(st.dictionaries(KEYS, VALUES, max_size=3))}
     if draw(st.booleans()):
         meta["name"] = draw(st.sampled_from(["p1", "p2", "p3", "web-0"]))
     else:
@@ -90,10 +92,10 @@ def pods(draw):  # type: ignore[no-untyped-def]
     if draw(st.booleans()):
         meta["annotations"] = draw(st.dictionaries(st.sampled_from(["n1", "alibabacloud.com/qosClass"]), VALUES,
                                                    max_size=2))
-    containers = [{"name": "app", "image": "nginx", "resources": draw(resources)}]
+    containers: list[dict[str, Any]] = [{"name": "app", "image": "nginx", "resources": draw(resources)}]
     if draw(st.booleans()):
         containers.append({"name": "side", "image": "busybox", "resources": draw(resources)})
-    spec = {"containers": containers, "priority": value, "preemptionPolicy": "PreemptLowerPriority"}
+    spec: dict[str, Any] = {"containers": containers, "priority": value, "preemptionPolicy": "PreemptLowerPriority"}
     if cls:
         spec["priorityClassName"] = cls
     if draw(st.booleans()):
@@ -107,17 +109,17 @@ def pods(draw):  # type: ignore[no-untyped-def]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
-def _state(specs):  # type: ignore[no-untyped-def]
+def _state(specs: list[tuple[str, dict[str, Any], bool]]) -> ClusterState:
     objs = []
-    for name, spec, skip in specs:
-        spec = {k: v for k, v in spec.items() if v is not None}
+    for name, drawn, skip in specs:
+        spec = {k: v for k, v in drawn.items() if v is not None}
         objs.append(profile(name, {"config.koordinator.sh/skip-update-resources": "true"} if skip else None, **spec))
     return make_state(*objs)
 
 
 @settings(max_examples=int(os.environ.get("HYPOTHESIS_EXAMPLES", "300")), deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
 @given(pod=pods(), specs=profiles)
-def test_chain_on_its_own_output_is_a_no_op(pod, specs) -> None:  # type: ignore[no-untyped-def]
+def test_chain_on_its_own_output_is_a_no_op(pod: dict[str, Any], specs: list[tuple[str, dict[str, Any], bool]]) -> None:
     state = _state(specs)
     first = chain.mutate(request(copy.deepcopy(pod)), state, chain.Settings())
     assert not first.rule_failed, first.warnings

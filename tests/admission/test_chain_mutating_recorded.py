@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import jsonpatch
 from msgspec.structs import replace
@@ -14,7 +15,8 @@ from tests.mutating import (
     profile,
 )
 from webhook.admission import chain
-from webhook.admission.review import review_from_dict
+from webhook.admission.review import AdmissionRequest, review_from_dict
+from webhook.cluster.state import ClusterState
 from webhook.core.priority import resolve_priority
 
 COLO = {"koordinator.sh/enable-colocation": "true"}
@@ -23,11 +25,11 @@ ESPEC = "node.koordinator.sh/extended-resource-spec"
 
 
 # -- recorded reviews ------------------------------------------------------------------------------------
-def _recorded(name: str):  # type: ignore[no-untyped-def]
+def _recorded(name: str) -> AdmissionRequest:
     return review_from_dict(load_fixture(f"admission/{name}")).request
 
 
-def _example_state(*extra: dict):  # type: ignore[no-untyped-def]
+def _example_state(*extra: dict[str, Any]) -> ClusterState:
     return make_state(namespace("webhook-test"), profile(
         "colocation-profile-example", namespaceSelector={"matchLabels": COLO}, selector={"matchLabels": COLO},
         qosClass="BE", priorityClassName="koord-batch", koordinatorPriority=1000, schedulerName="koord-scheduler",
@@ -56,6 +58,7 @@ def test_recorded_koord_batch_init_containers() -> None:
 def test_recorded_deployment_pod_with_generate_name() -> None:
 
     req = _recorded("v1-mutate-create-deployment-pod.json")
+    assert req.object is not None
     assert not req.name and "name" not in req.object["metadata"]
     decision = chain.mutate(req, _example_state(), chain.Settings())
     out = jsonpatch.apply_patch(req.object, decision.patch)
@@ -73,7 +76,7 @@ def test_recorded_update_is_allowed_unchanged() -> None:
     assert decision.allowed and decision.patch == []
 
 
-def _reaction(case: str) -> dict:
+def _reaction(case: str) -> dict[str, Any]:
     return next(c for c in load_fixture("admission/apiserver-reactions.json") if c["case"] == case)
 
 
@@ -107,7 +110,7 @@ def test_profile_class_change_passes_the_reinvoked_priority_plugin() -> None:
 def test_patch_ops_keep_their_own_copy_of_values() -> None:
     from webhook.admission.domain.patch import PatchBuilder
 
-    doc: dict = {"spec": {}}
+    doc: dict[str, Any] = {"spec": {}}
     pb = PatchBuilder(doc)
     container = {"name": "a", "resources": {"requests": {"cpu": "1"}}}
     pb.set(("spec", "containers"), [container])

@@ -31,7 +31,7 @@ POD_LEVEL_FIX = ("remove cpu and memory from spec.resources and write them in th
                  "kubernetes.io/batch-cpu and batch-memory (the apiserver takes no batch resource at pod level)")
 
 
-def c(name: str, requests: dict | None = None, limits: dict | None = None, **extra: Any) -> dict:
+def c(name: str, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
     res: dict[str, Any] = {}
     if requests is not None:
         res["requests"] = requests
@@ -43,11 +43,11 @@ def c(name: str, requests: dict | None = None, limits: dict | None = None, **ext
     return out
 
 
-def sidecar(name: str, requests: dict | None = None, limits: dict | None = None) -> dict:
+def sidecar(name: str, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None) -> dict[str, Any]:
     return c(name, requests, limits, restartPolicy="Always")
 
 
-def batch_pod(containers: list[dict], prio: int = 5000, klass: str = "koord-batch", **spec: Any) -> dict:
+def batch_pod(containers: list[dict[str, Any]], prio: int = 5000, klass: str = "koord-batch", **spec: Any) -> dict[str, Any]:
     return pod(priorityClassName=klass, priority=prio, containers=containers, **spec)
 
 
@@ -59,7 +59,7 @@ def refused(field: str, raw: str, why: str, cpu: str = BC, mem: str = BM) -> str
 
 
 # (name, pod, what the mutated pod holds: {dotted path: value or ABSENT}, or the denial text)
-MUTATE_CASES: list[tuple[str, dict, dict[str, Any] | str]] = [
+MUTATE_CASES: list[tuple[str, dict[str, Any], dict[str, Any] | str]] = [
     # -- RuntimeClass overhead: the RuntimeClass plugin refuses any other value after the webhooks
     ("kata pod: overhead kept as the RuntimeClass wrote it, containers converted",
      batch_pod([c("app", {"cpu": "1", "memory": "1Gi"})], runtimeClassName="kata",
@@ -136,7 +136,7 @@ def _at(obj: Any, dotted: str) -> Any:
 
 
 @pytest.mark.parametrize("name,obj,want", MUTATE_CASES, ids=[case[0] for case in MUTATE_CASES])
-def test_mutating_chain(name: str, obj: dict, want: dict[str, Any] | str) -> None:
+def test_mutating_chain(name: str, obj: dict[str, Any], want: dict[str, Any] | str) -> None:
     state = make_state()
     before = copy.deepcopy(obj)
     decision, out = mutate(obj, state)
@@ -165,7 +165,7 @@ def test_a_converted_pod_never_keeps_native_pod_level_cpu_or_memory() -> None:
 
 
 # (name, pod as the validating chain gets it, (rule, message) or None)
-VALIDATE_CASES: list[tuple[str, dict, tuple[str, str] | None]] = [
+VALIDATE_CASES: list[tuple[str, dict[str, Any], tuple[str, str] | None]] = [
     ("pod-level cpu next to container batch-cpu: a mix, with the fix",
      pod(labels=BE, containers=[c("app", {BC: "1000"})], resources={"requests": {"cpu": "1"}}),
      ("batch-mixing", f'container "app" asks for {BC} and the pod (spec.resources) asks for cpu: {MIX}; '
@@ -188,7 +188,7 @@ VALIDATE_CASES: list[tuple[str, dict, tuple[str, str] | None]] = [
 
 
 @pytest.mark.parametrize("name,obj,want", VALIDATE_CASES, ids=[case[0] for case in VALIDATE_CASES])
-def test_validating_chain(name: str, obj: dict, want: tuple[str, str] | None) -> None:
+def test_validating_chain(name: str, obj: dict[str, Any], want: tuple[str, str] | None) -> None:
     decision = chain.validate(request(obj), make_state(), chain.Settings())
     if want is None:
         assert decision.allowed, (decision.rule, decision.message)
@@ -208,6 +208,7 @@ def test_limit_ranger_reads_pod_level_cpu() -> None:
     obj = pod(labels=BE, containers=[c("app", {BC: "1000"})], resources={"requests": {"cpu": "1"}})
     decision, out = mutate(obj, state)
     assert decision.allowed, decision.message
+    assert out is not None
     checked = chain.validate(request(out), state, chain.Settings())
     assert checked.rule == "batch-mixing"
     assert checked.message.startswith(f'container "app" asks for {BC} and the pod (spec.resources) asks for cpu')
@@ -224,7 +225,7 @@ def test_quota_presence_sees_pod_level_limits() -> None:
     assert (decision.rule, decision.message) == ("quota-presence", "insufficient quota to consume: limits.cpu")
 
 
-def _spec(**spec: Any) -> dict:
+def _spec(**spec: Any) -> dict[str, Any]:
     return {"spec": spec}
 
 
@@ -247,7 +248,7 @@ USAGE_CASES = [
 
 
 @pytest.mark.parametrize("name,obj,requests,limits", USAGE_CASES, ids=[case[0] for case in USAGE_CASES])
-def test_pod_requests_and_limits_follow_upstream(name: str, obj: dict, requests: dict, limits: dict) -> None:
+def test_pod_requests_and_limits_follow_upstream(name: str, obj: dict[str, Any], requests: dict[str, Any], limits: dict[str, Any]) -> None:
     assert pod_requests(obj) == {k: Decimal(v) for k, v in requests.items()}
     assert pod_limits(obj) == {k: Decimal(v) for k, v in limits.items()}
     usage = pod_usage(obj)   # what the quota foresight charges
@@ -263,5 +264,5 @@ def test_pod_requests_and_limits_follow_upstream(name: str, obj: dict, requests:
      {"containers": [c("app", {"cpu": "1", "memory": "1Gi"}, {"cpu": "1", "memory": "1Gi"})],
       "resources": {"requests": {"memory": "1Gi"}}}, "Burstable"),
 ])
-def test_qos_class_with_pod_level_resources(name: str, spec: dict, qos: str) -> None:
+def test_qos_class_with_pod_level_resources(name: str, spec: dict[str, Any], qos: str) -> None:
     assert kube_qos_class({"spec": spec}) == qos

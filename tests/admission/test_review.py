@@ -19,8 +19,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from kubernetes.client import V1ObjectMeta, V1Pod
 
-from tests.conftest import FIXTURES, load_fixture
+from tests.conftest import load_fixture
 from tests.e2e.test_fuzz_reviews import mutated_review
+from tests.serving import FIXTURES
 from webhook.admission import chain
 from webhook.admission.review import (
     ObjectMeta,
@@ -209,7 +210,8 @@ def test_managed_fields_are_left_out_on_the_servers_path_only() -> None:
     recorded = load_fixture("admission/v1-mutate-create-koord-batch-init-containers.json")
     assert "managedFields" in recorded["request"]["object"]["metadata"]  # as the apiserver sent it
     body = orjson.dumps(recorded)
-    assert "managedFields" not in decode_review(body).request.object["metadata"]
+    stripped = decode_review(body).request.object
+    assert stripped is not None and "managedFields" not in stripped["metadata"]
     assert decode_review(body, complete=True).request.object == recorded["request"]["object"]
 
 

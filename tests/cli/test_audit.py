@@ -28,7 +28,7 @@ MIXING = 'container "main" asks for both kubernetes.io/batch-cpu and cpu: a pod 
 
 
 def recorded(name: str) -> dict[str, Any]:
-    pod = copy.deepcopy(next(p for p in RECORDED["items"] if p["metadata"]["name"] == name))
+    pod: dict[str, Any] = copy.deepcopy(next(p for p in RECORDED["items"] if p["metadata"]["name"] == name))
     pod["kind"], pod["apiVersion"] = "Pod", "v1"   # as kubectl prints list items
     return pod
 
@@ -114,7 +114,7 @@ def workload(kind: str, pod: dict[str, Any], name: str, owner: str = "") -> dict
         spec = {"template": template}
     elif kind == "CronJob":
         spec = {"schedule": "*/5 * * * *", "jobTemplate": {"spec": {"template": template}}}
-    obj = {"apiVersion": "batch/v1" if kind in ("Job", "CronJob") else "apps/v1", "kind": kind,
+    obj: dict[str, Any] = {"apiVersion": "batch/v1" if kind in ("Job", "CronJob") else "apps/v1", "kind": kind,
            "metadata": {"name": name, "namespace": meta["namespace"]}, "spec": spec}
     if owner:
         obj["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": owner.split("/")[0],
@@ -142,7 +142,7 @@ def every_kind(pod: dict[str, Any], class_name: str, stored_class: str) -> list[
     return objs
 
 
-def kubectl_list(items: list[dict[str, Any]]) -> dict[str, Any]:
+def kubectl_list(items: list[Any]) -> dict[str, Any]:
     return {"apiVersion": "v1", "items": items, "kind": "List", "metadata": {"resourceVersion": ""}}
 
 
@@ -551,7 +551,7 @@ def test_migrate_names_a_conflict_and_leaves_it_as_it_is(tmp_path: Path, capsys:
     import jsonpatch
 
     old, new = "alibabacloud.com/reclaimed-cpu", "kubernetes.io/batch-cpu"
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "old", "namespace": "team-a"},
+    deployment: dict[str, Any] = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "old", "namespace": "team-a"},
                   "spec": {"template": {
                       "metadata": {"annotations": {"alibabacloud.com/qosClass": "BE"},
                                    "labels": {"koordinator.sh/qosClass": "LS"}},

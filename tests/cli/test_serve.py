@@ -22,7 +22,7 @@ ENV = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
 ENV.pop("KUBERNETES_SERVICE_HOST", None)
 
 
-def _wait_healthy(url: str, ca: Path, proc: subprocess.Popen, timeout: float = 20) -> None:  # type: ignore[type-arg]
+def _wait_healthy(url: str, ca: Path, proc: subprocess.Popen[str], timeout: float = 20) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -55,7 +55,7 @@ def test_every_flag_has_help_and_shows_its_default(prog: str, make: Callable[[],
                 assert "".join(shown.split()) in flat, f"{p.prog} {action.option_strings[0]}: {shown} not shown"
 
 
-def _review(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+def _review(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, Any], str]:
     code = webhook_cli.main(["review", *args, "-o", "review"])
     out = capsys.readouterr()
     return code, json.loads(out.out), out.err

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -76,7 +77,7 @@ def test_missing_folder(tmp_path: Path) -> None:
         load_folder(tmp_path / "nope")
 
 
-def _wait(cond, timeout: float = 10.0) -> bool:  # type: ignore[no-untyped-def]
+def _wait(cond: Callable[[], object], timeout: float = 10.0) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if cond():
@@ -256,5 +257,6 @@ def test_trimmed_state_answers_the_recorded_reviews_as_the_whole_objects_do(tmp_
     assert "spec" not in trimmed.objects("Namespace")[0]
     quota = trimmed.get("ResourceQuota", "koord-prod-quota", "prod-apps")
     assert quota is not None and quota["status"]["hard"] is quota["spec"]["hard"] and "used" not in quota["status"]
-    teams = [trimmed.get("Namespace", f"ns-{i}") for i in range(3)]
-    assert teams[0]["metadata"]["labels"]["team"] is teams[2]["metadata"]["labels"]["team"]  # type: ignore[index]
+    first, _, third = (trimmed.get("Namespace", f"ns-{i}") for i in range(3))
+    assert first is not None and third is not None
+    assert first["metadata"]["labels"]["team"] is third["metadata"]["labels"]["team"]

@@ -151,7 +151,9 @@ def test_the_outage_summary_counts_every_kind_every_period() -> None:
     outage.recovered("LimitRange")
     assert outage.due(10_000) is None                                 # over: no more summaries
     outage.failed("Namespace", "connection refused", 20_000, wall)
-    assert outage.due(20_059) is None and outage.due(20_060).failures == 1   # a new one counts from its start
+    assert outage.due(20_059) is None
+    summary = outage.due(20_060)
+    assert summary is not None and summary.failures == 1   # a new one counts from its start
 
 
 # -- readiness after --max-cache-age ---------------------------------------------------------------------------

@@ -7,6 +7,7 @@ answers with recorded bodies (a few derived from them where the recording has no
 from __future__ import annotations
 
 import copy
+import functools
 import logging
 import threading
 import time
@@ -125,7 +126,7 @@ def lists(srv: ReplayAPIServer, path: str) -> list[dict[str, str]]:
 
 def pc_list_body(extra: list[dict[str, Any]] | None = None, items: slice = slice(None)) -> dict[str, Any]:
     """The recorded PriorityClass list, optionally cut to a page or with extra items (derived answers)."""
-    body = copy.deepcopy(load_exchange("priorityclasses-list")["response"]["body"])
+    body: dict[str, Any] = copy.deepcopy(load_exchange("priorityclasses-list")["response"]["body"])
     body["items"] = body["items"][items] + (extra or [])
     return body
 
@@ -145,8 +146,10 @@ def test_initial_list_of_every_webhook_kind_then_ready(api: ReplayAPIServer, tmp
                                   ("ClusterColocationProfile", "config.koordinator.sh/v1alpha1")]:
             for obj in state.objects(kind):
                 assert (obj["kind"], obj["apiVersion"]) == (kind, api_version)
-        assert state.priority_class("koord-batch")["value"] == 5000
-        assert state.namespace_labels("colo-demo")["koordinator.sh/enable-colocation"] == "true"
+        batch = state.priority_class("koord-batch")
+        assert batch is not None and batch["value"] == 5000
+        labels = state.namespace_labels("colo-demo")
+        assert labels is not None and labels["koordinator.sh/enable-colocation"] == "true"
         assert [q["metadata"]["name"] for q in state.resource_quotas("prod-apps")] == ["koord-prod-quota"]
         assert state.colocation_profiles()[0].qos_class == "BE"
         # only the one ConfigMap is kept (the recorded list also holds kube-root-ca.crt)
@@ -154,7 +157,7 @@ def test_initial_list_of_every_webhook_kind_then_ready(api: ReplayAPIServer, tmp
         assert state.config_map("koordinator-system", "kube-root-ca.crt") is None
         # each kind watches from its own list's resourceVersion, with bookmarks
         for path, rv in [(PC, "345"), (NS, "381"), (RQ, "381"), (CCP, "283"), (CM, "381")]:
-            wait_for(lambda path=path: watches(api, path), what=f"watch of {path}")
+            wait_for(functools.partial(watches, api, path), what=f"watch of {path}")
             assert watches(api, path)[0]["resourceVersion"] == rv
             assert watches(api, path)[0]["allowWatchBookmarks"] == "true"
     assert lists(api, CM)[0]["fieldSelector"] == "metadata.name=slo-controller-config"
@@ -169,7 +172,8 @@ def test_not_ready_until_every_kind_has_listed(api: ReplayAPIServer, tmp_path: P
         wait_for(lambda: state.synced_kinds() == set(WEBHOOK_KINDS) - {"ClusterColocationProfile"}
                  and "HTTP 404" in (state.not_ready_reason() or ""), what="other kinds synced")
         assert not state.ready
-        assert state.not_ready_reason().startswith("cluster state not synced yet: ClusterColocationProfile (HTTP 404")
+        assert (state.not_ready_reason() or "").startswith(
+            "cluster state not synced yet: ClusterColocationProfile (HTTP 404")
         serve_webhook_kinds(api)  # the CRD appears
         wait_for(lambda: state.ready, what="ready once the CRD lists")
 
@@ -269,10 +273,11 @@ def test_pods_and_node_with_field_selectors(api: ReplayAPIServer, tmp_path: Path
         assert sorted(p["metadata"]["name"] for p in state.pods_on_node("colo-node-1")) == [
             "be-batch-0", "be-batch-1", "be-evict-ok", "be-protected", "ls-web-0"]
         evicted = state.get("Pod", "be-evict-ok", "colo-demo")
-        assert evicted["metadata"]["deletionTimestamp"]
+        assert evicted is not None and evicted["metadata"]["deletionTimestamp"]
         assert "DisruptionTarget" in [c["type"] for c in evicted["status"]["conditions"]]
         assert evicted["kind"] == "Pod"
-        assert state.node("colo-node-1")["status"]["allocatable"]["cpu"] == "8"
+        node = state.node("colo-node-1")
+        assert node is not None and node["status"]["allocatable"]["cpu"] == "8"
     assert all(q["fieldSelector"] == NODE_SELECTOR for q in lists(api, PODS) + watches(api, PODS))
     assert all(q["fieldSelector"] == "metadata.name=colo-node-1" for q in lists(api, NODES) + watches(api, NODES))
 
@@ -285,7 +290,7 @@ def test_unreachable_at_start_then_recovers_by_itself(tmp_path: Path) -> None:
         wait_for(lambda: all(f"{k} (cannot reach the API server" in (state.not_ready_reason() or "")
                              for k in WEBHOOK_KINDS), what="a reason for every kind")
         assert not state.ready
-        assert f"127.0.0.1:{port}" in state.not_ready_reason()
+        assert f"127.0.0.1:{port}" in (state.not_ready_reason() or "")
         with ReplayAPIServer(port=port) as srv:
             serve_webhook_kinds(srv)
             wait_for(lambda: state.ready, what="recovery")
@@ -303,7 +308,7 @@ def test_once_synced_kind_keeps_serving_when_the_api_goes_away(tmp_path: Path) -
         wait_for(lambda: state.ready, what="sync")
         srv.stop()  # the held watch ends, and reconnecting fails
         wait_for(lambda: src.status()["PriorityClass"].errors >= 2, what="failed reconnects")
-        assert "cannot reach the API server" in src.status()["PriorityClass"].last_error
+        assert "cannot reach the API server" in (src.status()["PriorityClass"].last_error or "")
         assert state.ready and state.counts() == {"PriorityClass": 6}
         assert not [w for w in state.writes if w[0] == "unsynced"]
         with ReplayAPIServer(port=port) as again:
@@ -339,7 +344,7 @@ def test_readyz_503_with_reason_then_200_after_first_sync(tmp_path: Path, cert_d
 # ClusterColocationProfile with ``selecter:`` over as it is: it must never apply (it would match every pod).
 def ccp_item(name: str, rv: str, **spec_changes: Any) -> dict[str, Any]:
     """The recorded profile under another name, its spec changed (derived; a value of None removes the field)."""
-    item = copy.deepcopy(load_exchange("clustercolocationprofiles-list")["response"]["body"]["items"][0])
+    item: dict[str, Any] = copy.deepcopy(load_exchange("clustercolocationprofiles-list")["response"]["body"]["items"][0])
     item["metadata"].update(name=name, resourceVersion=rv, uid=f"uid-{name}")
     item["spec"]["namespaceSelector"] = {"matchLabels": {"koordinator.sh/enable-colocation": "true"}}
     for key, value in spec_changes.items():

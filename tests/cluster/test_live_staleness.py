@@ -121,7 +121,7 @@ def messages(records: list[logging.LogRecord]) -> list[str]:
 
 def labelled_namespaces(label: dict[str, str]) -> dict[str, Any]:
     """The recorded namespace list with a label added to colo-demo, as a change made during the fault (derived)."""
-    body = copy.deepcopy(load_exchange("namespaces-list")["response"]["body"])
+    body: dict[str, Any] = copy.deepcopy(load_exchange("namespaces-list")["response"]["body"])
     for ns in body["items"]:
         if ns["metadata"]["name"] == "colo-demo":
             ns["metadata"].setdefault("labels", {}).update(label)
@@ -270,7 +270,7 @@ def test_a_reset_storm_does_not_grow_the_open_files(tmp_path: Path, cert_dir: Pa
 def storage_initializing() -> dict[str, Any]:
     """The Status of a 429 while the watch cache initializes (k8s.io/apiserver/pkg/storage/cacher: NewTooManyRequests
     ("storage is (re)initializing", 1)), derived from the recorded eviction 429's shape."""
-    body = copy.deepcopy(load_exchange("eviction-pdb-blocked-429")["response"]["body"])
+    body: dict[str, Any] = copy.deepcopy(load_exchange("eviction-pdb-blocked-429")["response"]["body"])
     body.update(message="storage is (re)initializing", reason="TooManyRequests",
                 details={"retryAfterSeconds": 1}, code=429)
     return body
@@ -346,7 +346,7 @@ def _reset(errno_: int, text: str) -> ConnectionError:
                                      _reset(104, "Connection reset by peer")),
     urllib3.exceptions.ProtocolError("Response ended prematurely"),
     urllib3.exceptions.ProtocolError("Connection aborted.", BrokenPipeError(32, "Broken pipe")),
-    urllib3.exceptions.MaxRetryError(None, "/api/v1/namespaces?watch=true&resourceVersion=381",  # type: ignore[arg-type]
+    urllib3.exceptions.MaxRetryError(None, "/api/v1/namespaces?watch=true&resourceVersion=381",  # type: ignore[arg-type]  # urllib3 wants a pool; none here
                                      urllib3.exceptions.ProtocolError("Connection aborted.",
                                                                       _reset(104, "Connection reset by peer"))),
 ], ids=["aborted", "broken", "ended-prematurely", "broken-pipe", "wrapped-with-its-url"])
@@ -358,9 +358,9 @@ def test_every_wording_of_a_reset_is_one_reason(exc: BaseException) -> None:
 
 
 @pytest.mark.parametrize(("exc", "reason"), [
-    (urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out."), NO_DATA),  # type: ignore[arg-type]
+    (urllib3.exceptions.ReadTimeoutError(None, "/api", "Read timed out."), NO_DATA),  # type: ignore[arg-type]  # urllib3 wants a pool
     (urllib3.exceptions.ConnectTimeoutError(None, "timed out"), NO_DATA),
-    (urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection "  # type: ignore[arg-type]
+    (urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: [Errno 111] Connection "  # type: ignore[arg-type]  # urllib3 wants a connection
                                            "refused"), "NewConnectionError"),
 ])
 def test_timeouts_are_silence(exc: BaseException, reason: str) -> None:

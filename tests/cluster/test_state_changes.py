@@ -50,7 +50,8 @@ def test_a_quota_status_update_invalidates_nothing_a_rule_reads() -> None:
     state.upsert("ResourceQuota", _quota("q", "a", used="7"))          # a pod was created in namespace a
     assert profile_set(state) is profiles
     assert state.resource_quotas("a") is quotas
-    assert state.get("ResourceQuota", "q", "a")["status"]["used"]["pods"] == "7"   # the object is the new one
+    quota = state.get("ResourceQuota", "q", "a")
+    assert quota is not None and quota["status"]["used"]["pods"] == "7"   # the object is the new one
     state.upsert("ResourceQuota", _quota("q", "a", used="7", hard="20", status_hard="10"))   # its spec
     assert state.resource_quotas("a") is not quotas
     assert state.resource_quotas("a")[0]["spec"]["hard"]["pods"] == "20"
@@ -145,13 +146,13 @@ def test_repeated_strings_are_held_once() -> None:
     status.hard that equals its spec.hard is the same map."""
     from webhook.cluster.state import kept
 
-    def namespace(i: int) -> dict:  # type: ignore[type-arg]
+    def namespace(i: int) -> dict[str, Any]:
         name = "".join(["ns-", str(i)])   # built, as a decoder builds each object's strings anew
         return kept("Namespace", {"kind": "Namespace", "metadata": {
             "name": name, "labels": {"kubernetes.io/metadata.name": "".join(["ns-", str(i)]),
                                      "team": "".join(["t", str(i % 2)])}}})
 
-    def quota(namespace: str, hard: dict) -> dict:  # type: ignore[type-arg]
+    def quota(namespace: str, hard: dict[str, str]) -> dict[str, Any]:
         return kept("ResourceQuota", {"kind": "ResourceQuota", "metadata": {"name": "q", "namespace": namespace},
                                       "spec": {"hard": dict(hard)}, "status": {"hard": dict(hard), "used": {}}})
 

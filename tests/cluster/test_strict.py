@@ -139,7 +139,7 @@ def test_recorded_apiserver_objects_have_no_unknown_fields() -> None:
 
 def test_a_limitrange_is_checked_against_its_api_schema() -> None:
     """LimitRange as the API documents it (core/v1 LimitRangeItem): every field known; a misspelled one named."""
-    lr = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "limits", "namespace": "team-a"},
+    lr: dict[str, Any] = {"apiVersion": "v1", "kind": "LimitRange", "metadata": {"name": "limits", "namespace": "team-a"},
           "spec": {"limits": [{"type": "Container", "min": {"cpu": "10m"}, "max": {"cpu": "2"},
                                "default": {"cpu": "500m"}, "defaultRequest": {"cpu": "100m"},
                                "maxLimitRequestRatio": {"cpu": "4"}},

@@ -95,7 +95,7 @@ CASES = [
                              "lower case alphanumeric characters, '-' or '.', and must start and end with an "
                              "alphanumeric character (e.g. 'example.com', regex used for validation is "
                              "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")]),
-    ("a namespace label unquoted true", ns(**{"koordinator.sh/enable-colocation": True}),
+    ("a namespace label unquoted true", ns("team-a", **{"koordinator.sh/enable-colocation": True}),
      [(("metadata", "labels", "koordinator.sh/enable-colocation"),
        "json: cannot unmarshal bool into Go struct field ObjectMeta.metadata.labels of type string")]),
     ("labels a list", {**ns(), "metadata": {"name": "team-a", "labels": ["a"]}},
@@ -339,7 +339,8 @@ def test_a_reload_that_meets_an_invalid_object_keeps_the_last_good_state(tmp_pat
     source.load()
     path.write_text(path.read_text().replace("5000", '"high"'))
     assert source.reload() is False
-    assert state.priority_class("koord-batch")["value"] == 5000  # type: ignore[index]
+    kept = state.priority_class("koord-batch")
+    assert kept is not None and kept["value"] == 5000
     why = f"{path}:4: PriorityClass koord-batch: json: cannot unmarshal string into Go struct field " \
           "PriorityClass.value of type int32"
     assert state.reload_error == why
@@ -348,7 +349,8 @@ def test_a_reload_that_meets_an_invalid_object_keeps_the_last_good_state(tmp_pat
     assert "colocation_webhook_cluster_state_reload_failures_total 1.0" in text
     path.write_text(path.read_text().replace('"high"', "6000"))
     assert source.reload() is True
-    assert state.priority_class("koord-batch")["value"] == 6000  # type: ignore[index]
+    reloaded = state.priority_class("koord-batch")
+    assert reloaded is not None and reloaded["value"] == 6000
     assert "colocation_webhook_cluster_state_reload_failing 0.0" in _scrape(Metrics(state))
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
         f"cluster state reload failed, keeping the last good state: {why}"]
@@ -449,7 +451,8 @@ def test_an_object_that_turns_invalid_leaves_the_state_and_comes_back_fixed() ->
     assert state.priority_class("koord-batch") is None
     assert state.invalid_counts()["PriorityClass"] == 1
     state.upsert("PriorityClass", pc("koord-batch", value=5001))
-    assert state.priority_class("koord-batch")["value"] == 5001  # type: ignore[index]
+    valid = state.priority_class("koord-batch")
+    assert valid is not None and valid["value"] == 5001
     assert state.invalid_counts()["PriorityClass"] == 0
     profile = {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
                "metadata": {"name": "p"}, "spec": {}}

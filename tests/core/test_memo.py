@@ -5,7 +5,9 @@ from __future__ import annotations
 import copy
 import datetime
 import math
+from collections.abc import Callable, Sized
 from decimal import Decimal
+from typing import Any
 
 import pytest
 
@@ -30,15 +32,18 @@ def _same(a: object, b: object) -> bool:
     if type(a) is not type(b):
         return False
     if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)  # type: ignore[index]
+        assert isinstance(b, dict)  # of a's type
+        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)):
-        return len(a) == len(b) and all(map(_same, a, b))  # type: ignore[arg-type]
+        assert isinstance(b, (list, tuple))
+        return len(a) == len(b) and all(map(_same, a, b))
     if isinstance(a, float) and math.isnan(a):
-        return math.isnan(b)  # type: ignore[arg-type]
+        assert isinstance(b, float)
+        return math.isnan(b)
     return a == b
 
 
-def _outcome(fn, raw):  # type: ignore[no-untyped-def]
+def _outcome(fn: Callable[[object], object], raw: object) -> object:
     try:
         return fn(raw)
     except QuantityError as exc:
@@ -47,7 +52,7 @@ def _outcome(fn, raw):  # type: ignore[no-untyped-def]
 
 @pytest.mark.parametrize("fn", [parse_quantity, canonical, milli_cores_text, bytes_text])
 @pytest.mark.parametrize("order", ["forward", "backward"])
-def test_lookalikes_never_share_an_answer(fn, order: str) -> None:  # type: ignore[no-untyped-def]
+def test_lookalikes_never_share_an_answer(fn: Callable[[object], object], order: str) -> None:
     values = LOOKALIKES if order == "forward" else LOOKALIKES[::-1]
     cold = []
     for raw in values:  # each answered with every memo empty
@@ -64,7 +69,7 @@ def test_lookalikes_never_share_an_answer(fn, order: str) -> None:  # type: igno
 def test_convert_resources_keeps_lookalikes_apart(order: str) -> None:
     clear_all()
     values = LOOKALIKES if order == "forward" else LOOKALIKES[::-1]
-    cases = []
+    cases: list[dict[str, Any]] = []
     for v in values:
         cases += [{"requests": {"cpu": v}}, {"limits": {"memory": v, "cpu": "1"}}, {"requests": v, "limits": {"cpu": "2"}}]
     first = [convert_resources(copy.deepcopy(r), *TARGETS) for r in cases]
@@ -94,11 +99,11 @@ def test_the_policy_keys_short_exact_texts_only_and_stays_bounded() -> None:
     calls: list[object] = []
 
     @memo
-    def length(raw: object) -> int:
+    def length(raw: Sized) -> int:
         calls.append(raw)
         if raw == "bad":
             raise ValueError(raw)
-        return len(raw)  # type: ignore[arg-type]
+        return len(raw)
 
     assert length("abc") == length("abc") == 3 and calls == ["abc"]
     long = "x" * (MAX_TEXT + 1)

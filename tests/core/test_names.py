@@ -3,6 +3,8 @@ test table (util/validation/validation_test.go) and its texts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from webhook.core.names import dns1035_label, dns1123_label, dns1123_subdomain, label_value, qualified_name
@@ -66,5 +68,5 @@ TEXTS = [
 
 
 @pytest.mark.parametrize(("name", "check", "value", "messages"), TEXTS, ids=[c[0] for c in TEXTS])
-def test_upstream_texts(name: str, check, value: str, messages: list[str]) -> None:  # type: ignore[no-untyped-def]
+def test_upstream_texts(name: str, check: Callable[[str], list[str]], value: str, messages: list[str]) -> None:
     assert check(value) == messages

@@ -457,7 +457,8 @@ def test_the_pod_param_is_the_pod_of_the_request_namespace() -> None:
 
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed (Debian package kubernetes-client)")
 def test_the_policies_name_the_agents_service_account() -> None:
-    out = subprocess.run([KUBECTL, "kustomize", str(ROOT / "manifests")], capture_output=True, text=True, timeout=60)  # type: ignore[list-item]
+    assert KUBECTL is not None, "kubectl is not installed"
+    out = subprocess.run([KUBECTL, "kustomize", str(ROOT / "manifests")], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     (agent,) = [o for o in yaml.safe_load_all(out.stdout) if o and o["kind"] == "DaemonSet"]
     account = f"system:serviceaccount:{agent['metadata']['namespace']}:{agent['spec']['template']['spec']['serviceAccountName']}"
@@ -468,7 +469,8 @@ def test_the_policies_name_the_agents_service_account() -> None:
 
 
 def _render(path: Path) -> list[dict[str, Any]]:
-    out = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=60)  # type: ignore[list-item]
+    assert KUBECTL is not None, "kubectl is not installed"
+    out = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, f"{path}: {out.stderr}"
     return [o for o in yaml.safe_load_all(out.stdout) if o]
 

@@ -84,7 +84,8 @@ def stages() -> list[Stage]:
 
 
 def _scripts() -> dict[str, str]:
-    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    scripts: dict[str, str] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    return scripts
 
 
 def test_parser_handles_continuations() -> None:

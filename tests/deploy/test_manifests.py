@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 import yaml
 from cryptography import x509
+from starlette.routing import Route
 
 from tests.structural import structural_errors
 from webhook.agent.domain.coexistence import Capability, parse_disabled
@@ -58,7 +59,8 @@ Obj = dict[str, Any]
 
 
 def _kustomize(path: Path) -> list[Obj]:
-    out = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=60)  # type: ignore[list-item]
+    assert KUBECTL is not None, "kubectl is not installed"
+    out = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 
@@ -225,12 +227,12 @@ def _webhooks(objs: list[Obj]) -> list[tuple[str, Obj]]:
 def _post_routes() -> dict[str, str]:
     """Endpoint name -> path for every POST route the server serves."""
     app = create_app(ClusterState())
-    return {r.name: r.path for r in app.routes if "POST" in getattr(r, "methods", set())}
+    return {r.name: r.path for r in app.routes if isinstance(r, Route) and "POST" in (r.methods or set())}
 
 
 def _get_routes() -> set[str]:
     app = create_app(ClusterState())
-    return {r.path for r in app.routes if "GET" in getattr(r, "methods", set())}
+    return {r.path for r in app.routes if isinstance(r, Route) and "GET" in (r.methods or set())}
 
 
 @needs_kubectl
@@ -338,7 +340,8 @@ def test_generated_certs_ca_bundle_is_the_generated_ca_and_trusts_the_served_cer
 def _container(workload: Obj) -> Obj:
     containers = workload["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
-    return containers[0]
+    container: Obj = containers[0]
+    return container
 
 
 def _hardened(workload: Obj) -> None:
@@ -422,7 +425,7 @@ def _tls_secret_name(objects: list[Obj]) -> str:
     return str(_bootstrap_args(objects).secret_name)
 
 
-def _bootstrap_args(objects: list[Obj]):  # type: ignore[no-untyped-def]
+def _bootstrap_args(objects: list[Obj]) -> argparse.Namespace:
     c = _container(_one(objects, "Job"))
     assert c["command"] == ["colocation-webhook"]
     return webhook_cli.parser().parse_args(c["args"])
@@ -494,7 +497,8 @@ BESIDE = {  # the components that leave a capability to Koordinator's own node c
 def _agent_args(objects: list[Obj]) -> argparse.Namespace:
     agent_cli = importlib.import_module("webhook.cli.agent")
     args = [a.replace("$(NODE_NAME)", "node-1") for a in _container(_one(objects, "DaemonSet", "colocation-agent"))["args"]]
-    return agent_cli.parser().parse_args(args)  # type: ignore[no-any-return]
+    parsed: argparse.Namespace = agent_cli.parser().parse_args(args)
+    return parsed
 
 
 @needs_kubectl
@@ -633,7 +637,8 @@ def _crd() -> Obj:
 
 def _profile_schema() -> Obj:
     (version,) = _crd()["spec"]["versions"]
-    return version["schema"]["openAPIV3Schema"]
+    schema: Obj = version["schema"]["openAPIV3Schema"]
+    return schema
 
 
 def test_crd_matches_the_kind_the_code_reads() -> None:

@@ -182,7 +182,8 @@ def _check_expr(where: str, expr: str, exported: dict[str, set[str]]) -> list[st
 
 # -- the alerts ------------------------------------------------------------------------------------------
 def _rule_object() -> dict[str, Any]:
-    (obj,) = [d for d in yaml.safe_load_all(RULES_FILE.read_text()) if d]
+    docs: list[dict[str, Any]] = [d for d in yaml.safe_load_all(RULES_FILE.read_text()) if d]
+    (obj,) = docs
     return obj
 
 
@@ -237,7 +238,8 @@ def rule_dir(tmp_path: Path) -> Path:
 
 
 def _promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60)  # type: ignore[list-item]
+    assert PROMTOOL is not None, "promtool is not installed"
+    return subprocess.run([PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 @needs_promtool
@@ -264,7 +266,8 @@ def test_promtool_unit_tests_pass(rule_dir: Path) -> None:
 
 
 def test_every_alert_has_a_unit_test_where_it_fires_and_one_where_it_does_not() -> None:
-    fires, quiet = set(), set()
+    fires: set[str] = set()
+    quiet: set[str] = set()
     for case in yaml.safe_load(UNIT_TESTS.read_text())["tests"]:
         for check in case["alert_rule_test"]:
             (fires if check["exp_alerts"] else quiet).add(check["alertname"])
@@ -287,7 +290,8 @@ def test_each_unit_test_fails_when_its_alert_cannot_fire(rule_dir: Path) -> None
 
 # -- the Grafana dashboard -------------------------------------------------------------------------------
 def _dashboard() -> dict[str, Any]:
-    return json.loads(DASHBOARD.read_text())
+    dashboard: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    return dashboard
 
 
 def _panels(dash: dict[str, Any]) -> Iterator[dict[str, Any]]:
@@ -352,7 +356,8 @@ def test_the_dashboard_is_a_loadable_grafana_dashboard() -> None:
 
 # -- the component ----------------------------------------------------------------------------------------
 def _kustomize(path: Path) -> list[dict[str, Any]]:
-    out = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=60)  # type: ignore[list-item]
+    assert KUBECTL is not None, "kubectl is not installed"
+    out = subprocess.run([KUBECTL, "kustomize", str(path)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return [d for d in yaml.safe_load_all(out.stdout) if d]
 

@@ -84,7 +84,8 @@ def test_an_unedited_apply_fails_instead_of_blocking_the_apiserver(policies: dic
 
 def _docs_overlay() -> str:
     section = (ROOT / "docs" / "deploy.md").read_text().split("## NetworkPolicy (optional)", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    blocks: list[str] = re.findall(r"```yaml\n(.*?)```", section, re.S)
+    (block,) = blocks
     return block
 
 

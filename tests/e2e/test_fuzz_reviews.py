@@ -37,7 +37,7 @@ BAD_QUANTITIES = st.sampled_from(["0.5", "500m", "1.5", "-1", "1K", " 1", "1e3Mi
                                   "12E", "0x10", "1_000"])
 
 
-def _paths(doc: Any, prefix: tuple = ()) -> Iterator[tuple]:
+def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
     yield prefix
     if len(prefix) > 30:
         return
@@ -49,7 +49,7 @@ def _paths(doc: Any, prefix: tuple = ()) -> Iterator[tuple]:
             yield from _paths(v, (*prefix, i))
 
 
-def _set(doc: Any, path: tuple, value: Any) -> Any:
+def _set(doc: Any, path: tuple[Any, ...], value: Any) -> Any:
     if not path:
         return value
     parent = doc
@@ -59,7 +59,7 @@ def _set(doc: Any, path: tuple, value: Any) -> Any:
     return doc
 
 
-def _delete(doc: Any, path: tuple) -> Any:
+def _delete(doc: Any, path: tuple[Any, ...]) -> Any:
     if not path:
         return doc
     parent = doc

@@ -8,6 +8,7 @@ import copy
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -70,21 +71,23 @@ def srv(state_dir: Path, cert_dir: Path) -> Iterator[Server]:
         yield s
 
 
-def _post(srv: Server, review: dict) -> dict:
+def _post(srv: Server, review: dict[str, Any]) -> dict[str, Any]:
     with srv.client() as c:
         r = c.post("/mutate", json=review)
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["apiVersion"] == review["apiVersion"] and body["response"]["uid"] == review["request"]["uid"]
-    return body["response"]
+    response: dict[str, Any] = body["response"]
+    return response
 
 
-def _patched(review: dict, response: dict) -> dict:
-    obj = review["request"]["object"]
+def _patched(review: dict[str, Any], response: dict[str, Any]) -> dict[str, Any]:
+    obj: dict[str, Any] = review["request"]["object"]
     if "patch" not in response:
         return obj
     assert response["patchType"] == "JSONPatch"
-    return jsonpatch.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+    patched: dict[str, Any] = jsonpatch.apply_patch(obj, json.loads(base64.b64decode(response["patch"])))
+    return patched
 
 
 def test_recorded_reviews_over_https(srv: Server) -> None:
@@ -159,7 +162,7 @@ def _pod_file(tmp_path: Path, fixture: str, **changes: str) -> Path:
     return path
 
 
-def test_review_explain_shows_profiles_rules_and_patch(tmp_path: Path, state_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_review_explain_shows_profiles_rules_and_patch(tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pod = _pod_file(tmp_path, "v1-mutate-create-deployment-pod.json")
     code = main(["review", str(pod), "--cluster-state", str(state_dir), "--explain", "--output", "json"])
     captured = capsys.readouterr()
@@ -176,7 +179,7 @@ def test_review_explain_shows_profiles_rules_and_patch(tmp_path: Path, state_dir
     assert json.loads(captured.out)["spec"]["priorityClassName"] == "koord-batch"
 
 
-def test_review_explain_shows_selector_and_probability_misses(tmp_path: Path, state_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_review_explain_shows_selector_and_probability_misses(tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (state_dir / "more.yaml").write_text(yaml.safe_dump_all([
         {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
          "metadata": {"name": "never"}, "spec": {"probability": 0}}]))
@@ -191,7 +194,7 @@ def test_review_explain_shows_selector_and_probability_misses(tmp_path: Path, st
     assert "profile never: no match:" in err and "probability 0%: draw" in err
 
 
-def test_review_explain_says_an_invalid_profile_is_ignored(capsys) -> None:  # type: ignore[no-untyped-def]
+def test_review_explain_says_an_invalid_profile_is_ignored(capsys: pytest.CaptureFixture[str]) -> None:
     """A profile the webhook cannot apply reaches it only from a cluster (a files state refuses it at load,
     tests/core/test_validation.py): it is ignored, and --explain and a warning say why."""
     from tests.mutating import make_state, mutate, pod, profile
@@ -204,7 +207,7 @@ def test_review_explain_says_an_invalid_profile_is_ignored(capsys) -> None:  # t
     assert any(w.startswith("colocation profile bad ignored") for w in decision.warnings)
 
 
-def test_review_output_patch_prints_empty_list_when_nothing_changes(tmp_path: Path, state_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_review_output_patch_prints_empty_list_when_nothing_changes(tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "plain", "namespace": "webhook-test"},
            "spec": {"containers": [{"name": "a", "image": "nginx"}], "priority": 0,
                     "preemptionPolicy": "PreemptLowerPriority"}}
@@ -214,7 +217,7 @@ def test_review_output_patch_prints_empty_list_when_nothing_changes(tmp_path: Pa
     assert json.loads(capsys.readouterr().out) == []
 
 
-def test_review_denial_exits_1(tmp_path: Path, state_dir: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_review_denial_exits_1(tmp_path: Path, state_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     pod = _pod_file(tmp_path, "v1-mutate-create-koord-batch-init-containers.json", namespace="broken")
     for output in ("yaml", "patch", "review"):
         assert main(["review", str(pod), "--cluster-state", str(state_dir), "--output", output]) == 1
@@ -232,7 +235,7 @@ def test_recorded_batch_pod_with_an_invalid_cpu_is_denied_whole(srv: Server) -> 
 
 
 def test_review_of_a_koord_batch_pod_without_qos_or_profile_is_admitted(tmp_path: Path, state_dir: Path,
-                                                                       capsys) -> None:  # type: ignore[no-untyped-def]
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """Seen behind a real kube-apiserver: such a pod was converted, then denied for want of QoS BE."""
     pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "w", "namespace": "webhook-test"},
            "spec": {"priorityClassName": "koord-batch",

@@ -34,6 +34,7 @@ import yaml
 from harness import real_apiserver
 from tests.policies.test_invariants import BE, CASES, B, _container, _expected, _pod
 from webhook.admission import chain
+from webhook.admission.domain.colocation_profile import SKIP_UPDATE_RESOURCES
 from webhook.admission.review import request_from_dict
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
@@ -176,8 +177,7 @@ def test_every_shipped_object_is_accepted(cluster: real_apiserver.Cluster, tmp_p
                                       input=yaml.safe_dump_all(rest), check=False)
             assert refused.returncode != 0 and 'Invalid value: "CONTROL-PLANE-CIDR": must be a valid CIDR value' \
                 in refused.stderr, refused.stderr
-            rest = yaml.safe_load_all(yaml.safe_dump_all(rest).replace("CONTROL-PLANE-CIDR", "10.0.0.0/24"))
-            rest = list(rest)
+            rest = list(yaml.safe_load_all(yaml.safe_dump_all(rest).replace("CONTROL-PLANE-CIDR", "10.0.0.0/24")))
         out = _apply(cluster, rest, "--dry-run=server")
         assert out.count("serverside-applied (server dry run)") == len(rest), f"{name}: {out}"
     assert foreign == FOREIGN_KINDS  # what the tier leaves unproven: the Prometheus operator's and cert-manager's
@@ -187,7 +187,7 @@ def test_the_policies_rendered_from_the_cluster_are_accepted_and_check_up_to_dat
         cluster: real_apiserver.Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     profile = yaml.safe_load((MANIFESTS / "examples" / "colocation-profile.yaml").read_text())
     skipping = {"apiVersion": "config.koordinator.sh/v1alpha1", "kind": "ClusterColocationProfile",
-                "metadata": {"name": "keeps-cpu", "annotations": {profile_policies.SKIP_UPDATE_RESOURCES: "true"}},
+                "metadata": {"name": "keeps-cpu", "annotations": {SKIP_UPDATE_RESOURCES: "true"}},
                 "spec": {"selector": {"matchLabels": {"app": "spark"}}, "qosClass": "BE"}}
     _apply(cluster, [profile, skipping])
     rendered: list[dict[str, Any]] = []
@@ -281,7 +281,7 @@ def _state() -> ClusterState:
 def _built(c: real_apiserver.Cluster, pod: dict[str, Any]) -> dict[str, Any]:
     """The object the apiserver builds of ``pod`` (defaults, priority, canonical quantities), as admission sees it:
     created as a dry run in a namespace no binding covers."""
-    built = json.loads(c.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(
+    built: dict[str, Any] = json.loads(c.kubectl("create", "--dry-run=server", "-o", "json", "-f", "-", input=json.dumps(
         {**pod, "metadata": {**pod["metadata"], "namespace": "kube-system"}})).stdout)
     built["metadata"]["namespace"] = pod["metadata"]["namespace"]
     return built

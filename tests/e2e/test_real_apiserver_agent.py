@@ -97,7 +97,8 @@ class Scene:
         ``impersonated`` (the admin impersonating the agent's service account)."""
         if who not in self.clients:
             cfg = client.Configuration()
-            config.load_kube_config(config_file=str(self.cluster.kubeconfig), client_configuration=cfg)
+            config.load_kube_config(  # type: ignore[no-untyped-call]  # the client is untyped
+                config_file=str(self.cluster.kubeconfig), client_configuration=cfg)
             if who not in ("admin", "impersonated"):
                 as_token = client.Configuration(host=cfg.host)
                 as_token.ssl_ca_cert, as_token.verify_ssl = cfg.ssl_ca_cert, cfg.verify_ssl
@@ -105,7 +106,8 @@ class Scene:
                 cfg = as_token
             api = client.ApiClient(cfg)
             if who == "impersonated":   # the agent's name with no extras at all, as a client certificate has
-                api.set_default_header("Impersonate-User", f"system:serviceaccount:{AGENT_NS}:{AGENT_SA}")
+                api.set_default_header(  # type: ignore[no-untyped-call]  # the client is untyped
+                    "Impersonate-User", f"system:serviceaccount:{AGENT_NS}:{AGENT_SA}")
             self.clients[who] = client.CoreV1Api(api)
         return self.clients[who]
 

@@ -86,7 +86,8 @@ def _chain(old: dict[str, Any], new: dict[str, Any]) -> str:
 def _configuration(name: str, url: str, ca: bytes, ns: str, resources: list[str]) -> dict[str, Any]:
     """The shipped ValidatingWebhookConfiguration, pointed at ``url`` and at namespace ``ns`` only, failing closed."""
     docs = [d for d in yaml.safe_load_all((MANIFESTS / "base" / "webhook-configurations.yaml").read_text()) if d]
-    (config,) = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    configs: list[dict[str, Any]] = [d for d in docs if d["kind"] == "ValidatingWebhookConfiguration"]
+    (config,) = configs
     config["metadata"] = {"name": name}
     for hook in config["webhooks"]:
         hook["clientConfig"] = {"url": f"{url}/validate", "caBundle": base64.b64encode(ca).decode()}

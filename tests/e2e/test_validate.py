@@ -73,7 +73,8 @@ def post(srv: Server, body: dict[str, Any]) -> dict[str, Any]:
     out = r.json()
     assert out["response"]["uid"] == body["request"]["uid"]
     assert "patch" not in out["response"]
-    return out["response"]
+    response: dict[str, Any] = out["response"]
+    return response
 
 
 def be_pod(cpu: str = "1k", priority: int = 5000, klass: str = "koord-batch", ns: str = "colo-demo",
@@ -112,7 +113,7 @@ CASES = [
 
 
 @pytest.mark.parametrize(("name", "obj", "message"), CASES, ids=[c[0] for c in CASES])
-def test_validate_over_https(srv: Server, name: str, obj: dict, message: str | None) -> None:
+def test_validate_over_https(srv: Server, name: str, obj: dict[str, Any], message: str | None) -> None:
     resp = post(srv, review(obj))
     if message is None:
         assert resp["allowed"] is True and "status" not in resp

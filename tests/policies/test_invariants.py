@@ -204,6 +204,7 @@ def kubernetes_validate_version() -> str:
 @pytest.mark.skipif(KUBECTL is None, reason="kubectl is not installed")
 def test_the_component_renders_and_is_valid_kubernetes() -> None:
     kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    assert KUBECTL is not None, "kubectl is not installed"
     out = subprocess.run([KUBECTL, "kustomize", str(COMPONENT)], capture_output=True, text=True, check=True).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     assert [(d["kind"], d["metadata"]["name"]) for d in docs] == [

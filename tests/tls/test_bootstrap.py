@@ -42,7 +42,7 @@ TARGET = Target(namespace=NS, service=SERVICE, secret_name=SECRET, mutating=CONF
 
 def _status(code: int, reason: str, message: str, name: str, kind: str) -> dict[str, Any]:
     """A Status body in the recorded shape (the 404 of a missing ConfigMap), for another code and text."""
-    body = copy.deepcopy(load_exchange("configmaps-get-missing-404")["response"]["body"])
+    body: dict[str, Any] = copy.deepcopy(load_exchange("configmaps-get-missing-404")["response"]["body"])
     body.update(code=code, reason=reason, message=message, details={"name": name, "kind": kind})
     return body
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -267,7 +267,7 @@ class _Load:
             t.join(timeout=10)
 
 
-def _wait_for(predicate, what: str, seconds: float = 15) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(predicate: Callable[[], object], what: str, seconds: float = 15) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():
         assert time.monotonic() < deadline, f"gave up waiting for {what}"

@@ -4,6 +4,7 @@ to the band's resources, and the warnings on what converts oddly."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -12,6 +13,7 @@ from tests.mutating import (
     labels_of,
     make_state,
     mutate,
+    mutated,
     pod,
     priority_class,
     profile,
@@ -19,6 +21,8 @@ from tests.mutating import (
     resources_of,
 )
 from webhook.admission import chain
+from webhook.admission.response import Decision
+from webhook.cluster.state import ClusterState
 
 ESPEC = "node.koordinator.sh/extended-resource-spec"
 
@@ -47,11 +51,12 @@ BATCH_CASES = [
 
 
 @pytest.mark.parametrize("name,prio,requests,limits,want_req,want_lim", BATCH_CASES, ids=[c[0] for c in BATCH_CASES])
-def test_batch_resources(name: str, prio: int, requests: dict | None, limits: dict | None,
-                         want_req: dict, want_lim: dict | None) -> None:
+def test_batch_resources(name: str, prio: int, requests: dict[str, Any] | None, limits: dict[str, Any] | None,
+                         want_req: dict[str, Any], want_lim: dict[str, Any] | None) -> None:
     state = make_state(priority_class("custom", prio))
     decision, out = mutate(pod(requests=requests, limits=limits, priorityClassName="custom", priority=prio), state)
     assert decision.allowed, decision.message
+    assert out is not None
     res = resources_of(out)
     assert res.get("requests") == want_req
     assert res.get("limits") == want_lim
@@ -62,6 +67,7 @@ def test_batch_covers_init_containers_not_overhead_and_writes_the_annotation() -
             priorityClassName="koord-batch", priority=5000, overhead={"cpu": "100m", "memory": "10Mi"})
     p["spec"]["initContainers"] = [{"name": "init", "image": "busybox", "resources": {"limits": {"cpu": "50m"}}}]
     decision, out = mutate(p, make_state())
+    assert out is not None
     # the RuntimeClass's overhead stays: its admission plugin refuses a pod whose overhead differs from the class's
     assert out["spec"]["overhead"] == {"cpu": "100m", "memory": "10Mi"}
     assert resources_of(out, 0, "initContainers") == {"limits": {"kubernetes.io/batch-cpu": "50"},
@@ -76,7 +82,7 @@ def test_batch_covers_init_containers_not_overhead_and_writes_the_annotation() -
 def test_skip_update_resources_turns_conversion_off() -> None:
     state = make_state(profile("colo", meta_annotations={"config.koordinator.sh/skip-update-resources": ""},
                                priorityClassName="koord-batch", qosClass="BE"))
-    _decision, out = mutate(pod(requests={"cpu": "1"}), state)
+    out = mutated(pod(requests={"cpu": "1"}), state)
     assert out["spec"]["priority"] == 5000 and resources_of(out) == {"requests": {"cpu": "1"}}
 
 
@@ -90,6 +96,7 @@ def test_batch_conversion_without_a_profile_and_existing_annotation_kept() -> No
 def test_legacy_ack_qos_annotation_counts_as_be() -> None:
     p = pod(annotations={"alibabacloud.com/qosClass": "BE"}, requests={"cpu": "1"})
     decision, out = mutate(p, make_state())
+    assert out is not None
     assert resources_of(out) == {"requests": {"cpu": "1"}}
     assert any("QoS BE pod with priority 0 keeps cpu/memory" in w for w in decision.warnings)
 
@@ -115,7 +122,7 @@ INVALID_CASES = [
 
 
 @pytest.mark.parametrize("name,prio,requests,limits,message", INVALID_CASES, ids=[c[0] for c in INVALID_CASES])
-def test_invalid_quantity_is_denied_and_nothing_converted(name: str, prio: int, requests: dict, limits: dict | None,
+def test_invalid_quantity_is_denied_and_nothing_converted(name: str, prio: int, requests: dict[str, Any], limits: dict[str, Any] | None,
                                                           message: str) -> None:
     p = pod(requests=requests, limits=limits, priorityClassName="custom", priority=prio)
     req = request(p)
@@ -134,7 +141,8 @@ def test_invalid_quantity_in_init_container_and_overhead() -> None:
 
 
 # -- batch resources: cpu values that read oddly (issue 9 §4) -----------------------------------------------
-def admit_both(p: dict, state=None) -> tuple:  # type: ignore[no-untyped-def]
+def admit_both(p: dict[str, Any],
+               state: ClusterState | None = None) -> tuple[Decision, dict[str, Any], Decision, list[str]]:
     """The mutating chain, then the validating chain on its output, as the apiserver runs them:
     (mutating decision, output pod, validating decision, every warning the user sees)."""
     from tests.validating_helpers import request as vrequest
@@ -142,6 +150,7 @@ def admit_both(p: dict, state=None) -> tuple:  # type: ignore[no-untyped-def]
     state = state or make_state()
     decision, out = mutate(p, state)
     assert decision.allowed, decision.message
+    assert out is not None
     checked = chain.validate(vrequest(out), state, chain.Settings())
     return decision, out, checked, decision.warnings + checked.warnings
 
@@ -251,7 +260,7 @@ QOS_CASES = [
 
 
 @pytest.mark.parametrize("name,kwargs,label,valid", QOS_CASES, ids=[c[0] for c in QOS_CASES])
-def test_converted_batch_pod_without_qos_gets_be(name: str, kwargs: dict, label: str | None, valid: bool) -> None:
+def test_converted_batch_pod_without_qos_gets_be(name: str, kwargs: dict[str, Any], label: str | None, valid: bool) -> None:
     fields = {"requests": {"cpu": "500m", "memory": "1Gi"}, "priorityClassName": "koord-batch", "priority": 5000,
               **kwargs}
     p = pod(**fields)
@@ -272,7 +281,7 @@ def test_converted_batch_pod_without_qos_gets_be(name: str, kwargs: dict, label:
 def test_skip_update_resources_sets_no_qos_label() -> None:
     skip = make_state(profile("colo", meta_annotations={"config.koordinator.sh/skip-update-resources": ""},
                               priorityClassName="koord-batch"))
-    _decision, out = mutate(pod(requests={"cpu": "1"}), skip)
+    out = mutated(pod(requests={"cpu": "1"}), skip)
     assert "koordinator.sh/qosClass" not in labels_of(out)  # not converted: cpu is allowed without BE
 
 
@@ -282,13 +291,13 @@ def test_profiles_reading_the_qos_label_see_the_be_label_in_the_same_request(ope
                                                                              copied: str) -> None:
     # The label is set after the profiles ran: the chain runs once more, so that a reinvocation on its
     # answer (reinvocationPolicy IfNeeded) does not apply these profiles then.
-    expr = {"key": "koordinator.sh/qosClass", "operator": operator}
+    expr: dict[str, Any] = {"key": "koordinator.sh/qosClass", "operator": operator}
     if operator == "In":
         expr["values"] = ["BE"]
     state = make_state(profile("reads-qos", selector={"matchExpressions": [expr]}, labels={"seen": "yes"},
                                labelKeysMapping={"koordinator.sh/qosClass": "copied-qos"}))
     p = pod(requests={"cpu": "1"}, priorityClassName="koord-batch", priority=5000)
-    _decision, out = mutate(p, state)
+    out = mutated(p, state)
     assert labels_of(out)["koordinator.sh/qosClass"] == "BE"
     assert (labels_of(out).get("seen") == "yes") is seen
     assert labels_of(out).get("copied-qos") == copied
@@ -300,10 +309,10 @@ def test_profiles_reading_the_qos_label_see_the_be_label_in_the_same_request(ope
     ([profile("suffixes-qos", labelSuffixes={"koordinator.sh/qosClass": "-x"})], 2),
     ([profile("selects-qos", selector={"matchExpressions": [
         {"key": "koordinator.sh/qosClass", "operator": "DoesNotExist"}]}, labels={"x": "y"})], 2)])
-def test_the_chain_runs_again_only_when_a_profile_reads_the_qos_label(profiles: list, passes: int) -> None:
+def test_the_chain_runs_again_only_when_a_profile_reads_the_qos_label(profiles: list[Any], passes: int) -> None:
     explain: list[str] = []
-    _decision, out = mutate(pod(requests={"cpu": "1"}, priorityClassName="koord-batch", priority=5000),
-                            make_state(*profiles), explain)
+    out = mutated(pod(requests={"cpu": "1"}, priorityClassName="koord-batch", priority=5000),
+                  make_state(*profiles), explain)
     assert labels_of(out)["koordinator.sh/qosClass"].startswith("BE")  # the suffix profile appends to it
     assert sum(line.startswith("[chain] pass ") for line in explain) == passes - 1
 
@@ -342,14 +351,15 @@ ALREADY_CASES = [
 @pytest.mark.parametrize("name,prio,requests,limits,overhead,want,warning,denial", ALREADY_CASES,
                          ids=[c[0] for c in ALREADY_CASES])
 def test_container_already_asking_for_band_resources_is_not_converted(
-        name: str, prio: int, requests: dict, limits: dict | None, overhead: dict | None, want: dict,
-        warning: str | None, denial: str | None) -> None:
+        name: str, prio: int, requests: dict[str, Any], limits: dict[str, Any] | None,
+        overhead: dict[str, Any] | None, want: dict[str, Any], warning: str | None, denial: str | None) -> None:
     state = make_state(priority_class("custom", prio))
-    extra = {"overhead": overhead} if overhead else {}
+    extra: dict[str, Any] = {"overhead": overhead} if overhead else {}
     p = pod(requests=requests, limits=limits, priorityClassName="custom", priority=prio,
             labels={"koordinator.sh/qosClass": "BE" if prio == 5000 else "LS"}, **extra)
     decision, out = mutate(p, state)
     assert decision.allowed
+    assert out is not None
     assert resources_of(out)["requests"] == want
     assert (warning in decision.warnings) if warning else not any("already asks" in w for w in decision.warnings)
     checked = chain.validate(request(out), state, chain.Settings())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -13,6 +14,7 @@ from tests.mutating import (
     labels_of,
     make_state,
     mutate,
+    mutated,
     pod,
     priority_class,
     profile,
@@ -75,10 +77,11 @@ MATCH_CASES = [
 
 
 @pytest.mark.parametrize("name,spec,pod_kw,matched,warning", MATCH_CASES, ids=[c[0] for c in MATCH_CASES])
-def test_profile_matching(name: str, spec: dict, pod_kw: dict, matched: bool, warning: str | None) -> None:
+def test_profile_matching(name: str, spec: dict[str, Any], pod_kw: dict[str, Any], matched: bool, warning: str | None) -> None:
     state = make_state(profile("p1", **spec, labels={"matched": "yes"}))
     decision, out = mutate(pod(**pod_kw), state)
     assert decision.allowed
+    assert out is not None
     assert (labels_of(out).get("matched") == "yes") is matched
     if warning:
         assert any(warning in w for w in decision.warnings), decision.warnings
@@ -91,11 +94,11 @@ def test_probability_uses_the_draw_exactly() -> None:
     state = make_state(profile("half", probability="50%", labels={"matched": "yes"}))
     below = _name_with_draw("default", 50, True)
     above = _name_with_draw("default", 50, False)
-    assert labels_of(mutate(pod(name=below), state)[1]).get("matched") == "yes"
-    assert "matched" not in labels_of(mutate(pod(name=above), state)[1])
+    assert labels_of(mutated(pod(name=below), state)).get("matched") == "yes"
+    assert "matched" not in labels_of(mutated(pod(name=above), state))
     # the int form is the same percentage; 50 means draw < 50, not Koordinator's <= 50
     edge = next(f"e{i}" for i in range(5000) if probability_draw("default", f"e{i}") == 50)
-    assert "matched" not in labels_of(mutate(pod(name=edge), make_state(profile("h", probability=50, labels={"matched": "y"})))[1])
+    assert "matched" not in labels_of(mutated(pod(name=edge), make_state(profile("h", probability=50, labels={"matched": "y"}))))
 
 
 def test_probability_share_is_exact_over_many_pods() -> None:
@@ -119,7 +122,7 @@ def test_probability_is_drawn_per_pod_not_per_generate_name() -> None:
     about half of them get a 50 % profile, not the whole ReplicaSet or none of it."""
     state = make_state(profile("half", probability="50%", labels={"matched": "yes"}))
     p = pod(name=None, generate_name="web-6c8dfc678-")
-    outs = [mutate(p, state, uid=f"3f2a-{i}")[1] for i in range(200)]
+    outs = [mutated(p, state, uid=f"3f2a-{i}") for i in range(200)]
     hits = sum(labels_of(o).get("matched") == "yes" for o in outs)
     assert 70 <= hits <= 130, hits
     for out in outs:  # each records its draw, which decided it
@@ -134,7 +137,7 @@ def test_a_recorded_draw_holds_under_reinvocation() -> None:
     p = pod(name=None, generate_name="job-abc-")
     outcomes = set()
     for i in range(20):
-        _, out = mutate(p, state, uid=f"first-{i}")
+        out = mutated(p, state, uid=f"first-{i}")
         assert out is not None and DRAW_ANNOTATION in out["metadata"]["annotations"]
         outcomes.add(labels_of(out).get("matched") == "yes")
         for j in range(5):
@@ -162,7 +165,7 @@ DRAW_CASES = [
 
 
 @pytest.mark.parametrize("name,obj,spec,recorded,denial", DRAW_CASES, ids=[c[0] for c in DRAW_CASES])
-def test_draw_record(name: str, obj: dict, spec: dict, recorded: str | None, denial: str | None) -> None:
+def test_draw_record(name: str, obj: dict[str, Any], spec: dict[str, Any], recorded: str | None, denial: str | None) -> None:
     decision, out = mutate(obj, make_state(profile("p", **spec, labels={"matched": "yes"})))
     if denial is not None:
         assert not decision.allowed and denial in (decision.message or ""), decision.message
@@ -184,7 +187,7 @@ AUDIT_CASES = [
 
 
 @pytest.mark.parametrize("name,obj,spec,applies", AUDIT_CASES, ids=[c[0] for c in AUDIT_CASES])
-def test_audit_reads_a_template_as_every_pod_it_makes(name: str, obj: dict, spec: dict, applies: bool) -> None:
+def test_audit_reads_a_template_as_every_pod_it_makes(name: str, obj: dict[str, Any], spec: dict[str, Any], applies: bool) -> None:
     """`audit` pins the draw (a template stands for all its pods, which draw each for itself): it names a workload
     a profile converts some pods of, and records no draw."""
     settings = chain.Settings(pinned_draw=0)
@@ -206,6 +209,7 @@ def test_profile_sets_every_field_in_koordinator_order() -> None:
         schedulerName="koord-scheduler", qosClass="BE", priorityClassName="koord-batch", koordinatorPriority=1000))
     decision, out = mutate(pod(labels={"app": "web"}, requests={"cpu": "1"}), state)
     assert decision.allowed
+    assert out is not None
     labels = labels_of(out)
     # app-copy is mapped from app before app gets its suffix; re-matching until the pod settles maps
     # the suffixed value (what a reinvocation would do), and "-copy" is appended once.
@@ -223,7 +227,7 @@ def test_profile_sets_every_field_in_koordinator_order() -> None:
 def test_later_profile_name_wins() -> None:
     state = make_state(profile("b-second", labels={"x": "b"}, qosClass="BE"),
                        profile("a-first", labels={"x": "a", "only-a": "1"}, qosClass="LS"))
-    _, out = mutate(pod(), state)
+    out = mutated(pod(), state)
     assert labels_of(out)["x"] == "b" and labels_of(out)["only-a"] == "1"
     assert labels_of(out)["koordinator.sh/qosClass"] == "BE"
 
@@ -233,7 +237,7 @@ def test_selector_sees_labels_as_received_then_settles() -> None:
     # the reinvoked webhook would apply b anyway; applying it now keeps the second pass empty.
     state = make_state(profile("a", labels={"tier": "batch"}),
                        profile("b", selector={"matchLabels": {"tier": "batch"}}, labels={"b": "yes"}))
-    _decision, out = mutate(pod(), state)
+    out = mutated(pod(), state)
     assert labels_of(out) == {"tier": "batch", "b": "yes"}
     assert chain.mutate(request(out), state, chain.Settings()).patch == []
 
@@ -249,14 +253,14 @@ def test_a_suffix_that_makes_this_pods_label_too_long_skips_the_profile_for_it()
     why = f'spec.labelSuffixes[app]: Invalid value: "{long_value}-suffix": must be no more than 63 bytes'
     assert f"[colocation-profile] profile p not applied: {why}" in explain
     assert [w[:50] for w in decision.warnings] == [f"colocation profile p not applied: {why}"[:50]]
-    assert labels_of(mutate(pod(labels={"app": "web"}), state)[1]) == {"app": "web-suffix", "matched": "yes"}
+    assert labels_of(mutated(pod(labels={"app": "web"}), state)) == {"app": "web-suffix", "matched": "yes"}
 
 
 def test_label_suffix_is_not_appended_twice() -> None:
     state = make_state(profile("a", labelSuffixes={"app": "-a"}), profile("b", labelSuffixes={"app": "-b"}))
-    _, out = mutate(pod(labels={"app": "web"}), state)
+    out = mutated(pod(labels={"app": "web"}), state)
     assert labels_of(out)["app"] == "web-a-b"
-    _, again = mutate(out, state)
+    again = mutated(out, state)
     assert labels_of(again)["app"] == "web-a-b"
 
 
@@ -272,8 +276,8 @@ def test_profile_priority_class_without_preemption_policy_defaults() -> None:
     state = make_state(priority_class("never", 100, policy="Never"), priority_class("bare", 200, policy=None),
                        profile("a", selector={"matchLabels": {"c": "never"}}, priorityClassName="never"),
                        profile("b", selector={"matchLabels": {"c": "bare"}}, priorityClassName="bare"))
-    assert mutate(pod(labels={"c": "never"}), state)[1]["spec"]["preemptionPolicy"] == "Never"
-    out = mutate(pod(labels={"c": "bare"}, preemptionPolicy="Never"), state)[1]
+    assert mutated(pod(labels={"c": "never"}), state)["spec"]["preemptionPolicy"] == "Never"
+    out = mutated(pod(labels={"c": "bare"}, preemptionPolicy="Never"), state)
     assert (out["spec"]["priority"], out["spec"]["preemptionPolicy"]) == (200, "PreemptLowerPriority")
 
 
@@ -287,6 +291,7 @@ def test_profile_patch_is_a_strategic_merge() -> None:
     p["spec"]["containers"][0]["env"] = [{"name": "A", "value": "1"}]
     decision, out = mutate(p, state)
     assert decision.allowed
+    assert out is not None
     assert labels_of(out) == {"x": "1", "from-patch": "1"}
     assert out["metadata"]["annotations"] == {"keep": "z"}
     app, sidecar = out["spec"]["containers"]
@@ -299,6 +304,7 @@ def test_profile_patch_is_a_strategic_merge() -> None:
 def test_profile_patch_may_not_rename_the_pod() -> None:
     state = make_state(profile("colo", patch={"metadata": {"name": "other"}}, labels={"x": "1"}))
     decision, out = mutate(pod(), state)
+    assert out is not None
     assert out["metadata"]["name"] == "p" and "x" not in labels_of(out)
     assert any("may not change the pod's name" in w for w in decision.warnings)
 
@@ -311,9 +317,10 @@ def test_profile_patch_may_not_rename_the_pod() -> None:
     ({"spec": None}, "the pod it gives is not valid: spec: Required value: a pod needs a spec"),
     ({"spec": {"containers": "x"}}, "the pod it gives is not valid: spec.containers: Invalid value"),
 ])
-def test_a_profile_patch_that_gives_no_valid_pod_is_skipped_with_a_warning(patch: dict, why: str) -> None:
+def test_a_profile_patch_that_gives_no_valid_pod_is_skipped_with_a_warning(patch: dict[str, Any], why: str) -> None:
     state = make_state(profile("colo", patch=patch, labels={"x": "1"}))
     decision, out = mutate(pod(), state)
+    assert out is not None
     assert decision.allowed and not decision.rule_failed and "x" not in labels_of(out)
     assert out["metadata"]["name"] == "p" and isinstance(out["spec"]["containers"], list)
     assert any(w.startswith("colocation profile colo not applied: patch: ") and why in w
@@ -323,6 +330,7 @@ def test_a_profile_patch_that_gives_no_valid_pod_is_skipped_with_a_warning(patch
 def test_profile_patch_without_merge_key_is_skipped_with_a_warning() -> None:
     state = make_state(profile("colo", patch={"spec": {"containers": [{"image": "x"}]}}, labels={"x": "1"}))
     decision, out = mutate(pod(), state)
+    assert out is not None
     assert decision.allowed and "x" not in labels_of(out)
     assert any("does not contain declared merge key: name" in w for w in decision.warnings)
 

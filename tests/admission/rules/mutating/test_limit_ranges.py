@@ -102,7 +102,7 @@ ADVICE = (" (LimitRange {lr} in namespace batch-ns constrains cpu or memory, whi
           "kubernetes.io/batch-cpu/batch-memory does not name, so LimitRanger would refuse it after the webhooks: "
           "remove min, max and maxLimitRequestRatio on cpu and memory from that LimitRange (default and "
           "defaultRequest are fine), or keep the namespace out of the profile's namespaceSelector)")
-NATIVE_POD = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
+NATIVE_POD: dict[str, Any] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "1", "memory": "2Gi"}}
 
 RANGES = [
     ("container min cpu", {"type": "Container", "min": {"cpu": "10m"}},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.mutating import (
@@ -38,7 +40,8 @@ PRIORITY_CASES = [
 
 
 @pytest.mark.parametrize("name,objects,fields,expected", PRIORITY_CASES, ids=[c[0] for c in PRIORITY_CASES])
-def test_priority(name: str, objects: list, fields: dict, expected: object) -> None:
+def test_priority(name: str, objects: list[dict[str, Any]], fields: dict[str, Any],
+                  expected: str | tuple[str | None, int, str]) -> None:
     p = pod()
     for k, v in fields.items():
         if v is None:
@@ -50,7 +53,8 @@ def test_priority(name: str, objects: list, fields: dict, expected: object) -> N
         assert not decision.allowed and decision.code == 403 and decision.message == expected
         return
     assert decision.allowed, decision.message
-    cls, prio, policy = expected  # type: ignore[misc]
+    assert out is not None
+    cls, prio, policy = expected
     assert (out["spec"].get("priorityClassName"), out["spec"]["priority"], out["spec"]["preemptionPolicy"]) == \
         (cls, prio, policy)
 

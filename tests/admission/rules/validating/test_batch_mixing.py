@@ -3,6 +3,8 @@ that is no quantity and a pod outline that is not the API's are a 400 (its first
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.validating_helpers import (
@@ -51,7 +53,7 @@ MIXING = [
 
 
 @pytest.mark.parametrize(("name", "obj", "message"), MIXING, ids=[c[0] for c in MIXING])
-def test_batch_mixing(name: str, obj: dict, message: str | None) -> None:
+def test_batch_mixing(name: str, obj: dict[str, Any], message: str | None) -> None:
     expect(validate(obj), "batch-mixing", message)
 
 
@@ -76,7 +78,7 @@ INVALID_QUANTITIES = [
 
 
 @pytest.mark.parametrize(("name", "obj", "message"), INVALID_QUANTITIES, ids=[c[0] for c in INVALID_QUANTITIES])
-def test_invalid_quantity_is_a_bad_request_naming_the_field(name: str, obj: dict, message: str) -> None:
+def test_invalid_quantity_is_a_bad_request_naming_the_field(name: str, obj: dict[str, Any], message: str) -> None:
     d = validate(obj)
     assert (d.allowed, d.code, d.reason, d.rule, d.message) == (False, 400, "BadRequest", "batch-mixing", message)
 
@@ -120,13 +122,13 @@ SHAPES = [
 
 
 @pytest.mark.parametrize(("name", "obj", "message"), SHAPES, ids=[c[0] for c in SHAPES])
-def test_malformed_pod_is_a_bad_request(name: str, obj: dict, message: str) -> None:
+def test_malformed_pod_is_a_bad_request(name: str, obj: dict[str, Any], message: str) -> None:
     d = validate(obj)
     assert (d.allowed, d.code, d.reason, d.rule, d.message) == (False, 400, "BadRequest", "batch-mixing", message)
 
 
 @pytest.mark.parametrize(("name", "obj", "message"), SHAPES, ids=[c[0] for c in SHAPES])
-def test_the_mutating_chain_refuses_the_same_outline(name: str, obj: dict, message: str) -> None:
+def test_the_mutating_chain_refuses_the_same_outline(name: str, obj: dict[str, Any], message: str) -> None:
     from tests.mutating import make_state, request
     from webhook.admission import chain
 

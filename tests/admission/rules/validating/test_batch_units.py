@@ -3,6 +3,8 @@ bytes, a request not above its limit."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from tests.validating_helpers import (
@@ -52,7 +54,7 @@ UNITS = [
 
 
 @pytest.mark.parametrize(("name", "obj", "message"), UNITS, ids=[c[0] for c in UNITS])
-def test_batch_units(name: str, obj: dict, message: str | None) -> None:
+def test_batch_units(name: str, obj: dict[str, Any], message: str | None) -> None:
     expect(validate(obj), "batch-units", message)
 
 

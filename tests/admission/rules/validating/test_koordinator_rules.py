@@ -4,6 +4,7 @@ plus recorded reviews."""
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import pytest
 from msgspec.structs import replace
@@ -21,7 +22,7 @@ from tests.validating_helpers import (
     validate,
 )
 from webhook.admission import chain
-from webhook.admission.review import review_from_dict
+from webhook.admission.review import AdmissionRequest, review_from_dict
 
 NEED_BE = "labels.koordinator.sh/qosClass: Required value: must specify koordinator QoS BE with koordinator colocation resources"
 LSR_CPUS = "pod.spec.containers[*].resources.requests: Required value: LSR Pod must declare the requested CPUs"
@@ -35,9 +36,9 @@ def not_integer(value: str) -> str:
     return f'pod.spec.containers[*].resources.requests: Invalid value: "{value}": the requested CPUs of LSR Pod must be integer'
 
 
-def q(qos: str | None = None, priority: int | None = None, requests: dict | None = None,
-      pc_label: str | None = None, annotations: dict | None = None, **kw):  # type: ignore[no-untyped-def]
-    labels = {}
+def q(qos: str | None = None, priority: int | None = None, requests: dict[str, Any] | None = None,
+      pc_label: str | None = None, annotations: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
+    labels: dict[str, str] = {}
     if qos is not None:
         labels["koordinator.sh/qosClass"] = qos
     if pc_label is not None:
@@ -84,11 +85,11 @@ CREATE = [
 
 
 @pytest.mark.parametrize(("name", "obj", "message"), CREATE, ids=[c[0] for c in CREATE])
-def test_koordinator_rules_create(name: str, obj: dict, message: str | None) -> None:
+def test_koordinator_rules_create(name: str, obj: dict[str, Any], message: str | None) -> None:
     expect(validate(obj), "koordinator-rules", message)
 
 
-def relabel(obj: dict, **labels: str | None) -> dict:
+def relabel(obj: dict[str, Any], **labels: str | None) -> dict[str, Any]:
     out = copy.deepcopy(obj)
     for k, v in labels.items():
         key = {"qos": "koordinator.sh/qosClass", "sub": "koordinator.sh/priority",
@@ -118,7 +119,7 @@ UPDATE = [
 
 
 @pytest.mark.parametrize(("name", "new", "message"), UPDATE, ids=[c[0] for c in UPDATE])
-def test_koordinator_rules_update(name: str, new: dict, message: str | None) -> None:
+def test_koordinator_rules_update(name: str, new: dict[str, Any], message: str | None) -> None:
     expect(validate(new, "UPDATE", old=OLD), "koordinator-rules", message)
 
 
@@ -137,7 +138,7 @@ def test_update_with_priority_class_moved_out_of_band() -> None:
 
 # -- recorded reviews --------------------------------------------------------------------------------
 
-def _fixture(name: str):  # type: ignore[no-untyped-def]
+def _fixture(name: str) -> AdmissionRequest:
     return review_from_dict(load_fixture(f"admission/{name}")).request
 
 
@@ -159,6 +160,7 @@ def test_recorded_batch_resources_1k_without_qos_needs_be() -> None:
 
 def test_recorded_batch_resources_1k_with_be_and_koord_batch_passes() -> None:
     req = _fixture("v1-validate-create-batch-resources.json")
+    assert req.object is not None
     obj = copy.deepcopy(req.object)
     obj["metadata"]["labels"]["koordinator.sh/qosClass"] = "BE"
     obj["spec"]["priority"] = 5000
@@ -178,6 +180,7 @@ def test_recorded_update_label_is_allowed() -> None:
 
 def test_recorded_update_label_changing_qos_is_denied() -> None:
     req = _fixture("v1-validate-update-label.json")
+    assert req.object is not None
     obj = copy.deepcopy(req.object)
     obj["metadata"]["labels"]["koordinator.sh/qosClass"] = "BE"
     d = chain.validate(replace(req, object=obj), state(), chain.Settings())
@@ -209,7 +212,7 @@ LSR_FRACTION = q("LSR", 9000, {"cpu": "1500m", "memory": "64Mi"}, priority_class
      not_integer("1700m")),
     ("a fraction the pod had, made whole", LSR_FRACTION, resized(LSR_FRACTION, cpu="2"), None),
 ])
-def test_a_resize_is_judged_as_an_update(name: str, old: dict, new: dict, message: str | None) -> None:
+def test_a_resize_is_judged_as_an_update(name: str, old: dict[str, Any], new: dict[str, Any], message: str | None) -> None:
     expect(validate(new, "UPDATE", old=old, sub="resize"), "koordinator-rules", message)
 
 

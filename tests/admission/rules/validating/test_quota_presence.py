@@ -24,8 +24,8 @@ def scope(name: str, op: str, *values: str) -> dict[str, Any]:
     return out
 
 
-def quota(name: str, ns: str = "prod-apps", hard: dict | None = None, exprs: list | None = None,
-          scopes: list | None = None, status: bool = True) -> dict[str, Any]:
+def quota(name: str, ns: str = "prod-apps", hard: dict[str, Any] | None = None, exprs: list[Any] | None = None,
+          scopes: list[Any] | None = None, status: bool = True) -> dict[str, Any]:
     spec: dict[str, Any] = {"hard": hard if hard is not None else {"pods": "10"}}
     if exprs is not None:
         spec["scopeSelector"] = {"matchExpressions": exprs}
@@ -64,7 +64,7 @@ MATCH = [
 
 
 @pytest.mark.parametrize(("name", "klass", "req", "want"), MATCH, ids=[c[0] for c in MATCH])
-def test_pod_matches_scope(name: str, klass: str | None, req: dict, want: bool) -> None:
+def test_pod_matches_scope(name: str, klass: str | None, req: dict[str, Any], want: bool) -> None:
     assert pod_matches_scope(prod_pod(klass), req) is want
 
 
@@ -84,7 +84,7 @@ def test_other_pod_scopes() -> None:
      "[{BestEffort Exists []} {PriorityClass In [a b]}]"),
     ([], "[]"),
 ])
-def test_format_scopes_is_go_v(reqs: list, text: str) -> None:
+def test_format_scopes_is_go_v(reqs: list[Any], text: str) -> None:
     assert format_scopes(reqs) == text
 
 
@@ -171,12 +171,12 @@ PRESENCE = [
 
 
 @pytest.mark.parametrize(("name", "obj", "quotas", "limited", "error"), PRESENCE, ids=[c[0] for c in PRESENCE])
-def test_check_presence(name: str, obj: dict, quotas: list, limited: list, error: str | None) -> None:
+def test_check_presence(name: str, obj: dict[str, Any], quotas: list[Any], limited: list[Any], error: str | None) -> None:
     assert check_presence(obj, limited, quotas).error == error
 
 
 @pytest.mark.parametrize(("name", "obj", "quotas", "limited", "error"), PRESENCE, ids=[c[0] for c in PRESENCE])
-def test_quota_presence_rule(name: str, obj: dict, quotas: list, limited: list, error: str | None) -> None:
+def test_quota_presence_rule(name: str, obj: dict[str, Any], quotas: list[Any], limited: list[Any], error: str | None) -> None:
     # The same table through the chain: only quotas in the pod's namespace count.
     elsewhere = [{**q, "metadata": {**q["metadata"], "namespace": "other"}} for q in quotas]
     explain: list[str] = []
