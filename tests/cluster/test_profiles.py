@@ -3,6 +3,8 @@ what the profile would write that the apiserver refuses on a pod, in upstream's 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from webhook.cluster.profiles import ProfileError, compile_profile, parse_probability
@@ -10,7 +12,7 @@ from webhook.cluster.profiles import ProfileError, compile_profile, parse_probab
 
 @pytest.mark.parametrize("value,percent", [(None, 100), (0, 0), (50, 50), ("50%", 50), ("100%", 100), ("0%", 0),
                                            (100, 100)])
-def test_parse_probability(value, percent) -> None:  # type: ignore[no-untyped-def]
+def test_parse_probability(value: object, percent: int) -> None:
     assert parse_probability(value) == percent
 
 
@@ -32,7 +34,7 @@ BAD_PROBABILITIES = [
 
 
 @pytest.mark.parametrize("name,value,error", BAD_PROBABILITIES, ids=[c[0] for c in BAD_PROBABILITIES])
-def test_bad_probability_refuses_the_profile(name, value, error) -> None:  # type: ignore[no-untyped-def]
+def test_bad_probability_refuses_the_profile(name: str, value: object, error: str) -> None:
     with pytest.raises(ProfileError) as exc:
         parse_probability(value)
     assert str(exc.value) == error
@@ -100,12 +102,12 @@ VALID_OUTPUT = [
 
 
 @pytest.mark.parametrize("name,spec,error", REFUSED_OUTPUT, ids=[c[0] for c in REFUSED_OUTPUT])
-def test_output_the_apiserver_refuses_refuses_the_profile(name, spec, error) -> None:  # type: ignore[no-untyped-def]
+def test_output_the_apiserver_refuses_refuses_the_profile(name: str, spec: dict[str, Any], error: str) -> None:
     assert compile_profile({"metadata": {"name": "x"}, "spec": spec}).error == error
 
 
 @pytest.mark.parametrize("name,spec", VALID_OUTPUT, ids=[c[0] for c in VALID_OUTPUT])
-def test_output_the_apiserver_takes_is_kept(name, spec) -> None:  # type: ignore[no-untyped-def]
+def test_output_the_apiserver_takes_is_kept(name: str, spec: dict[str, Any]) -> None:
     assert compile_profile({"metadata": {"name": "x"}, "spec": spec}).error is None
 
 
@@ -117,6 +119,6 @@ def test_output_the_apiserver_takes_is_kept(name, spec) -> None:  # type: ignore
     ({"selector": {"matchLabels": {"a": 1}}}, "selector.matchLabels[a]: value must be a string"),
     ({"schedulerName": 3}, "schedulerName: must be a string"),
 ])
-def test_bad_profiles_never_match(spec, error) -> None:  # type: ignore[no-untyped-def]
+def test_bad_profiles_never_match(spec: dict[str, Any], error: str) -> None:
     p = compile_profile({"metadata": {"name": "x"}, "spec": spec})
     assert p.error is not None and error in p.error

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from webhook.core.selectors import compile_selector, describe_selector, matches
@@ -13,7 +15,7 @@ from webhook.core.selectors import compile_selector, describe_selector, matches
     ({"matchExpressions": [{"key": "b", "operator": "DoesNotExist"}]}, {"b": "y"}),
     ({"matchExpressions": [{"key": "b", "operator": "Exists"}]}, {}),
 ])
-def test_compiled_selector_agrees_with_matches(selector, labels) -> None:  # type: ignore[no-untyped-def]
+def test_compiled_selector_agrees_with_matches(selector: dict[str, Any], labels: dict[str, str]) -> None:
     compiled = compile_selector(selector)
     assert compiled is not None and compiled.matches(labels) == matches(selector, labels)
 

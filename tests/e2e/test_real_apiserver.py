@@ -34,9 +34,9 @@ import yaml
 from harness import real_apiserver
 from tests.policies.test_invariants import BE, CASES, B, _container, _expected, _pod
 from webhook.admission import chain
-from webhook.admission.domain.colocation_profile import SKIP_UPDATE_RESOURCES
 from webhook.admission.review import request_from_dict
 from webhook.cli import webhook as webhook_cli
+from webhook.cluster.profiles import SKIP_UPDATE_RESOURCES
 from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 from webhook.policies import invariants as policies
 from webhook.policies import profiles as profile_policies

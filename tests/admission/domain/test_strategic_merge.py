@@ -4,6 +4,7 @@ what it leaves alone, errors naming the field."""
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -15,7 +16,7 @@ POD: dict[str, Any] = {"metadata": {"name": "p", "labels": {"a": "1"}, "finalize
                                 "volumeMounts": [{"name": "v", "mountPath": "/data"}]}],
                 "tolerations": [{"key": "t", "operator": "Exists"}]}}
 
-MERGE_CASES = [
+MERGE_CASES: list[tuple[str, dict[str, Any], Callable[[dict[str, Any]], bool]]] = [
     ("map merge", {"metadata": {"labels": {"b": "2"}}}, lambda r: r["metadata"]["labels"] == {"a": "1", "b": "2"}),
     ("null deletes", {"metadata": {"labels": {"a": None}}}, lambda r: r["metadata"]["labels"] == {}),
     ("containers merge by name", {"spec": {"containers": [{"name": "app", "image": "busybox"}]}},
@@ -41,7 +42,7 @@ MERGE_CASES = [
 
 
 @pytest.mark.parametrize("name,patch,check", MERGE_CASES, ids=[c[0] for c in MERGE_CASES])
-def test_strategic_merge(name, patch, check) -> None:  # type: ignore[no-untyped-def]
+def test_strategic_merge(name: str, patch: dict[str, Any], check: Callable[[dict[str, Any]], bool]) -> None:
     before = copy.deepcopy(POD)
     result = merge(POD, patch)
     assert check(result)
