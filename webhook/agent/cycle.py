@@ -13,18 +13,18 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from webhook.agent.actions import KubeActions
 from webhook.agent.capabilities.batch_resources import BatchResources
 from webhook.agent.capabilities.cgroup_limits import CgroupLimits
 from webhook.agent.capabilities.cgroup_plan import CgroupPlan
 from webhook.agent.capabilities.cpu_suppress import CpuSuppress, SuppressTarget
 from webhook.agent.capabilities.memory_eviction import MemoryEviction
 from webhook.agent.capabilities.node_condition import NodeCondition
-from webhook.agent.cgroups import CgroupFiles
 from webhook.agent.coexistence import Coexistence
-from webhook.agent.collectors import CollectError, Collector, Layout, Sample
 from webhook.agent.domain.cgroup_limits import CgroupWrite, Folder
 from webhook.agent.domain.coexistence import Capability
+from webhook.agent.edges.actions import KubeActions
+from webhook.agent.edges.cgroups import CgroupFiles
+from webhook.agent.edges.collectors import CollectError, Collector, Layout, Sample
 from webhook.agent.inputs import ClusterInputs, Inputs
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from webhook.agent.actions import KubeActions
 from webhook.agent.domain.cgroup_limits import sandbox_overhead
 from webhook.agent.domain.slo_config import (
     COLOCATION_KEY,
@@ -20,6 +19,7 @@ from webhook.agent.domain.slo_config import (
     KeyNotice,
     MemoryEvict,
 )
+from webhook.agent.edges.actions import KubeActions
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.cluster.state import ClusterState

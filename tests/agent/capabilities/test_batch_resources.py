@@ -16,9 +16,9 @@ import pytest
 from harness.agent_trees import write_proc
 from harness.apiserver import ReplayAPIServer
 from tests.agent.test_cycle import GI, NODE, _api, _state, write_node, write_state
-from webhook.agent.actions import KubeActions
-from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
+from webhook.agent.edges.actions import KubeActions
+from webhook.agent.edges.collectors import Collector
 from webhook.agent.options import AgentOptions
 from webhook.cluster.state import ClusterState
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY

@@ -13,16 +13,16 @@ import pytest
 from prometheus_client import generate_latest
 
 from harness.agent_trees import write_cpuset_v1, write_cpuset_v2, write_proc, write_sysfs
-from tests.agent.test_cgroups import fakes, tree
+from tests.agent.edges.test_cgroups import fakes, tree
 from tests.agent.test_cycle import GI, write_state
 from tests.agent.test_cycle import NODE as RECORDED_NODE
 from webhook.agent.capabilities.cpu_suppress import CpuSuppress, Node, SuppressTarget
-from webhook.agent.collectors import Collector, PodUsage, Sample
 from webhook.agent.cycle import Agent
 from webhook.agent.domain.cgroup_limits import UNLIMITED, CgroupWrite, Current
 from webhook.agent.domain.cpu_suppress import BE_MIN_QUOTA, CFS_QUOTA_POLICY
 from webhook.agent.domain.cpuset import CPUSET_POLICY
 from webhook.agent.domain.slo_config import Colocation, CPUSuppress, MemoryEvict
+from webhook.agent.edges.collectors import Collector, PodUsage, Sample
 from webhook.agent.inputs import Inputs, pod_view
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions

@@ -8,7 +8,6 @@ from typing import Any, cast
 
 import pytest
 
-from webhook.agent.actions import KubeActions
 from webhook.agent.capabilities.node_condition import (
     EVICTION_DISABLED_REASON,
     NO_PRESSURE_REASON,
@@ -18,6 +17,7 @@ from webhook.agent.capabilities.node_condition import (
 )
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain.coexistence import Capability
+from webhook.agent.edges.actions import KubeActions
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from webhook.agent.actions import KubeActions
 from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
-from webhook.agent.collectors import Sample
 from webhook.agent.domain import batch_allocatable as batchcalc
 from webhook.agent.domain.coexistence import Capability, node_status_overwritten
+from webhook.agent.edges.actions import KubeActions
+from webhook.agent.edges.collectors import Sample
 from webhook.agent.inputs import Inputs, quantity
 from webhook.agent.metrics import UNITS, AgentMetrics
 from webhook.agent.options import AgentOptions

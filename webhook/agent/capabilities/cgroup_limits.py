@@ -1,12 +1,12 @@
 """BE pods' batch requests and limits in their cgroup folders (``be-cgroup-limits``; koordlet's resource
 executor): what each BE pod and container asks for, read against what its folders hold
-(webhook.agent.cgroups reads, webhook.agent.domain.cgroup_limits decides)."""
+(webhook.agent.edges.cgroups reads, webhook.agent.domain.cgroup_limits decides)."""
 
 from __future__ import annotations
 
-from webhook.agent.cgroups import CgroupFiles
-from webhook.agent.collectors import Sample
 from webhook.agent.domain.cgroup_limits import Folder
+from webhook.agent.edges.cgroups import CgroupFiles
+from webhook.agent.edges.collectors import Sample
 from webhook.agent.inputs import Inputs
 
 

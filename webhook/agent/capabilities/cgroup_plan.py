@@ -8,11 +8,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Collection, Iterator, Sequence
 
-from webhook.agent.cgroups import CgroupFiles
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain.cgroup_limits import CgroupWrite, Folder, plan_writes
 from webhook.agent.domain.coexistence import Capability, rewrites
 from webhook.agent.domain.cpuset import CPUSET_FILE
+from webhook.agent.edges.cgroups import CgroupFiles
 from webhook.agent.options import AgentOptions
 
 log = logging.getLogger("colocation-agent")

@@ -22,9 +22,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from webhook.agent.cgroups import VERIFY_SECONDS
-from webhook.agent.collectors import Layout, Sample
-from webhook.agent.cpusets import CpusetTree, read_tree
 from webhook.agent.domain import cpu_suppress as suppress
 from webhook.agent.domain.cgroup_limits import (
     BESTEFFORT_FOLDER,
@@ -44,10 +41,13 @@ from webhook.agent.domain.cpuset import (
     pools,
 )
 from webhook.agent.domain.slo_config import CPUSuppress
+from webhook.agent.edges.cgroups import VERIFY_SECONDS
+from webhook.agent.edges.collectors import Layout, Sample
+from webhook.agent.edges.cpusets import CpusetTree, read_tree
+from webhook.agent.edges.topology import SYS_ROOT, TopologyError, TopologyReader
 from webhook.agent.inputs import Inputs, quantity
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.report import SuppressReport
-from webhook.agent.topology import SYS_ROOT, TopologyError, TopologyReader
 from webhook.core.quantity import milli_value
 from webhook.core.resources import CPU
 

@@ -8,10 +8,8 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from webhook.agent.actions import EvictOutcome, KubeActions
 from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
-from webhook.agent.collectors import Collector, used_memory
 from webhook.agent.domain.coexistence import Capability
 from webhook.agent.domain.eviction import (
     EVENT_ACTION,
@@ -33,6 +31,8 @@ from webhook.agent.domain.thresholds import (
     evaluate,
     watermark_threshold,
 )
+from webhook.agent.edges.actions import EvictOutcome, KubeActions
+from webhook.agent.edges.collectors import Collector, used_memory
 from webhook.agent.inputs import Inputs, quantity
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions

@@ -10,10 +10,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from webhook.agent.actions import KubeActions
 from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain.coexistence import Capability
+from webhook.agent.edges.actions import KubeActions
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.agent.report import Condition

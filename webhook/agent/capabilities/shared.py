@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.agent.actions import KubeActions
 from webhook.agent.coexistence import Coexistence
+from webhook.agent.edges.actions import KubeActions
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 

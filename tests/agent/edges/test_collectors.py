@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from harness.agent_trees import FakePod, pod_dir_v2, set_pod_cpu_v2, write_cgroup_v1, write_cgroup_v2, write_proc
-from webhook.agent.collectors import CollectError, Collector, detect_layout, read_cpu_ticks, read_meminfo
+from webhook.agent.edges.collectors import CollectError, Collector, detect_layout, read_cpu_ticks, read_meminfo
 
 GI, MI = 2**30, 2**20
 PODS = [FakePod("11111111-aaaa-4bbb-8ccc-000000000001", "besteffort", 300 * MI, 100 * MI, 1_000_000),
@@ -91,7 +91,7 @@ def test_broken_files_mean_no_usage(tmp_path: Path, name: str, breakage) -> None
 def test_pod_vanishing_between_scan_and_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    import webhook.agent.collectors as col
+    import webhook.agent.edges.collectors as col
 
     write_proc(tmp_path / "proc", 32 * GI, 8 * GI)
     cg = write_cgroup_v2(tmp_path / "cg", PODS)

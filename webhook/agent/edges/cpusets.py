@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from webhook.agent.collectors import Layout
 from webhook.agent.domain.cgroup_limits import BESTEFFORT_FOLDER
 from webhook.agent.domain.cpuset import CPUSET_FILE, CpuListError, CpusetFolder, parse_cpu_list
+from webhook.agent.edges.collectors import Layout
 
 EFFECTIVE_FILE = "cpuset.cpus.effective"
 MAX_DEPTH = 2                     # koordlet ContainerCgroupPathRelativeDepth: tier 0, pods 1, containers 2
