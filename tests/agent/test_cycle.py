@@ -13,8 +13,9 @@ from harness.agent_trees import FakePod, tick_cpu, write_cgroup_v2, write_proc
 from harness.apiserver import ReplayAPIServer, load_exchange
 from tests.events_api import EventsAPI
 from webhook.agent.cycle import Agent
+from webhook.agent.domain.eviction import EvictOutcome
 from webhook.agent.domain.thresholds import parse_thresholds
-from webhook.agent.edges.actions import API_CALLS, EvictOutcome, KubeActions
+from webhook.agent.edges.actions import API_CALLS, KubeActions
 from webhook.agent.edges.collectors import Collector
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
