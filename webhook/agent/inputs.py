@@ -19,7 +19,6 @@ from webhook.agent.domain.slo_config import (
     KeyNotice,
     MemoryEvict,
 )
-from webhook.agent.edges.actions import KubeActions
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.cluster.state import ClusterState

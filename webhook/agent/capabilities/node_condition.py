@@ -61,9 +61,11 @@ class NodeCondition(Shared):
             return Condition(PRESSURE_CONDITION, "True", PRESSURE_REASON, message)
         return Condition(PRESSURE_CONDITION, "False", NO_PRESSURE_REASON, "no memory threshold met")
 
-    def act(self, readings: Readings, cond: Condition, report: CycleReport) -> None:
-        """Patch ``cond`` into the node status when it differs from the one there (or the one last set)."""
-        report.conditions = [cond]
+    def act(self, readings: Readings, decision: Condition, report: CycleReport) -> None:
+        """Patch the condition (``decision``) into the node status when it differs from the one there (or the one
+        last set)."""
+        report.conditions = [decision]
+        cond = decision
         node = readings.inputs.node
         if node is None or not self.writes_node(node):
             return
