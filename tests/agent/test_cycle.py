@@ -39,7 +39,7 @@ def pods_by_name() -> dict[str, dict[str, Any]]:
     return {p["metadata"]["name"]: p for p in recorded("pods-list-field-selector-node")["items"]}
 
 
-def write_state(folder: Path, configmap: bool = True, cm_data: dict | None = None) -> Path:
+def write_state(folder: Path, configmap: bool = True, cm_data: dict[str, Any] | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "node.json").write_text(json.dumps(recorded("nodes-get")))
     pods = recorded("pods-list-field-selector-node")
@@ -544,7 +544,8 @@ def test_run_dry_run_logs_decisions_and_stops_on_sigterm(tmp_path: Path) -> None
 
     lines: list[str] = []
     assert p.stderr is not None
-    reader = threading.Thread(target=lambda: lines.extend(iter(p.stderr.readline, "")), daemon=True)
+    stderr = p.stderr
+    reader = threading.Thread(target=lambda: lines.extend(iter(stderr.readline, "")), daemon=True)
     reader.start()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not all(any(w in ln for ln in lines) for w in (

@@ -165,7 +165,9 @@ def test_withdrawn_is_what_the_bound_pods_request_and_removed_only_without_them(
     kubelet restart keeps them, and no new batch pod fits; with none of them left, the values are removed."""
     agent, state, proc = _agent(tmp_path, srv, colocation)
     if colocation is None:
-        state.delete("ConfigMap", state.config_map("koordinator-system", "slo-controller-config"))
+        cm = state.config_map("koordinator-system", "slo-controller-config")
+        assert cm is not None
+        state.delete("ConfigMap", cm)
     _as_watched(state, {BATCH_CPU: "6000", BATCH_MEMORY: str(12 * GI)})
     agent.cycle(now=0.0)
     _ticks(proc, busy=1100, idle=9100)

@@ -9,6 +9,7 @@ import inspect
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from webhook.agent.capabilities.batch_resources import BatchResources
 from webhook.agent.capabilities.cgroup_plan import CgroupWrites
@@ -102,7 +103,7 @@ def test_no_decide_reads_a_collector_a_file_or_the_clock() -> None:
 
 def test_every_capability_the_cycle_runs_implements_the_contract() -> None:
     agent = Agent(AgentOptions("n1"), collector=None)  # type: ignore[arg-type]   # never measures here
-    steps: list[AgentCapability[object]] = [agent.eviction, *agent.order]
+    steps: list[AgentCapability[Any]] = [agent.eviction, *agent.order]
     assert [type(s) for s in steps] == [MemoryEviction, CgroupWrites, BatchResources, NodeCondition]
     for step in steps:
         assert isinstance(step.names, tuple) and all(isinstance(n, Capability) for n in step.names)
