@@ -4,7 +4,7 @@ read them from the cycle's ``Readings`` (``webhook.agent.capabilities.contract``
 
 from __future__ import annotations
 
-import os
+import posixpath
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -56,4 +56,4 @@ class Layout:
 
     def rel(self, path: str) -> str:
         """``path`` relative to the cgroup root, as ``cgroupWrites`` name folders."""
-        return os.path.relpath(path, self.root) if self.root else path
+        return posixpath.relpath(path, self.root) if self.root else path
