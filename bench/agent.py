@@ -48,8 +48,8 @@ from harness.kernel import (
     real_cgroup_root,
     v1_unavailable_reason,
 )
-from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
+from webhook.agent.edges.collectors import Collector
 from webhook.agent.options import AgentOptions
 from webhook.cluster.state import AGENT_KINDS, ClusterState
 

@@ -14,11 +14,11 @@ from harness.agent_trees import tick_cpu, write_proc
 from harness.apiserver import ReplayAPIServer
 from tests.agent.test_cycle import GI, NODE, NS, _api, _state, recorded, write_node, write_state
 from tests.events_api import EventsAPI
-from webhook.agent.actions import KubeActions
-from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
 from webhook.agent.domain.coexistence import Capability, CapabilityError, node_status_overwritten, parse_disabled
 from webhook.agent.domain.thresholds import parse_thresholds
+from webhook.agent.edges.actions import KubeActions
+from webhook.agent.edges.collectors import Collector
 from webhook.agent.options import AgentOptions
 from webhook.cluster.files import FilesSource
 

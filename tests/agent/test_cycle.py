@@ -12,10 +12,11 @@ import pytest
 from harness.agent_trees import FakePod, tick_cpu, write_cgroup_v2, write_proc
 from harness.apiserver import ReplayAPIServer, load_exchange
 from tests.events_api import EventsAPI
-from webhook.agent.actions import API_CALLS, EvictOutcome, KubeActions
-from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
+from webhook.agent.domain.eviction import EvictOutcome
 from webhook.agent.domain.thresholds import parse_thresholds
+from webhook.agent.edges.actions import API_CALLS, KubeActions
+from webhook.agent.edges.collectors import Collector
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.cli import agent as cli
@@ -38,7 +39,7 @@ def pods_by_name() -> dict[str, dict[str, Any]]:
     return {p["metadata"]["name"]: p for p in recorded("pods-list-field-selector-node")["items"]}
 
 
-def write_state(folder: Path, configmap: bool = True, cm_data: dict | None = None) -> Path:
+def write_state(folder: Path, configmap: bool = True, cm_data: dict[str, Any] | None = None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "node.json").write_text(json.dumps(recorded("nodes-get")))
     pods = recorded("pods-list-field-selector-node")
@@ -543,7 +544,8 @@ def test_run_dry_run_logs_decisions_and_stops_on_sigterm(tmp_path: Path) -> None
 
     lines: list[str] = []
     assert p.stderr is not None
-    reader = threading.Thread(target=lambda: lines.extend(iter(p.stderr.readline, "")), daemon=True)
+    stderr = p.stderr
+    reader = threading.Thread(target=lambda: lines.extend(iter(stderr.readline, "")), daemon=True)
     reader.start()
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and not all(any(w in ln for ln in lines) for w in (

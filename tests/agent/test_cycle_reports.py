@@ -12,8 +12,8 @@ import pytest
 
 from harness.agent_trees import tick_cpu
 from tests.agent.test_cycle import GI, NODE, USAGE, _state, recorded, run_once, write_node, write_state
-from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
+from webhook.agent.edges.collectors import Collector
 from webhook.agent.options import AgentOptions
 
 pytestmark = pytest.mark.usefixtures("restore_logging")

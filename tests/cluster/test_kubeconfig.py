@@ -15,7 +15,7 @@ from typing import Any, NoReturn
 import pytest
 import yaml
 
-from webhook.agent.actions import api_client_for
+from webhook.agent.edges.actions import api_client_for
 from webhook.cluster.live import _client_configuration
 from webhook.tls.certs import Issued, issue
 

@@ -2,7 +2,7 @@
 
 Everything the manifests must agree with is derived from the code: the paths and probes from the FastAPI
 app's routes, the RBAC rules from the kinds the programs list/watch (``webhook.cluster.state``), the
-calls the agent makes (``webhook.agent.actions.API_CALLS``) and the calls the certificate bootstrap makes
+calls the agent makes (``webhook.agent.edges.actions.API_CALLS``) and the calls the certificate bootstrap makes
 (``webhook.tls.bootstrap.api_calls``), the CLI flags from the argument parsers. What each install path
 applies (and so deletes) is checked against the table in docs/deploy.md.
 """
@@ -827,7 +827,7 @@ def test_agent_rbac_covers_its_reads(objects: list[Obj]) -> None:
 
 @needs_kubectl
 def test_agent_rbac_is_exactly_its_reads_and_api_calls(objects: list[Obj]) -> None:
-    actions = pytest.importorskip("webhook.agent.actions", reason="webhook.agent.actions (agent issue) not merged yet")
+    actions = pytest.importorskip("webhook.agent.edges.actions", reason="webhook.agent.edges.actions (agent issue) not merged yet")
     calls = {("*", group, resource, verb, ()) for group, resource, verb in actions.API_CALLS}
     assert _grants(objects, "colocation-agent") == _reads(AGENT_KINDS) | calls
 

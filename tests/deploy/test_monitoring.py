@@ -28,7 +28,8 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.serving import run_server
-from webhook.agent.metrics import AgentMetrics, Health, serve
+from webhook.agent.edges.metrics_server import Health, serve
+from webhook.agent.metrics import AgentMetrics
 from webhook.cli import webhook as webhook_cli
 from webhook.cluster.state import AGENT_KINDS, ClusterState
 from webhook.server.metrics import Metrics, ReviewFamily, RuleDurations

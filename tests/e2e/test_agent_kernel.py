@@ -29,13 +29,13 @@ from harness.kernel import (
     unified_unavailable_reason,
     v1_unavailable_reason,
 )
-from webhook.agent.actions import KubeActions
-from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
 from webhook.agent.domain.cpuset import format_cpu_list, parse_cpu_list
+from webhook.agent.edges.actions import KubeActions
+from webhook.agent.edges.collectors import Collector
+from webhook.agent.edges.notify import MemoryWatch
 from webhook.agent.loop import run_loop
 from webhook.agent.metrics import AgentMetrics
-from webhook.agent.notify import MemoryWatch
 from webhook.agent.options import AgentOptions
 from webhook.cluster.state import AGENT_KINDS, ClusterState
 

@@ -1,34 +1,39 @@
 """The node agent's cycle: measure, decide, act (or log, in dry runs), one capability after another.
 
 Everything that decides is pure, in ``webhook.agent.domain`` and the shared ``webhook.core``; each capability
-(``webhook.agent.capabilities``) wires what was measured into those functions, keeps its own state across
-cycles, and acts through ``KubeActions`` or the cgroup files. ``Agent.cycle`` returns what it did as a
-``CycleReport``.
+(``webhook.agent.capabilities``, the contract in ``capabilities/contract.py``) decides from the cycle's
+``Readings``, keeps its own state across cycles, and acts through the edges it was given (``KubeActions``, the
+cgroup files). Only the cycle measures, through the edges (``webhook.agent.edges``), and in two stages: node memory
+first, for memory eviction, whose requests a notified cycle makes within milliseconds; then the rest of the node,
+for the capabilities in ``Agent.order``. ``Agent.cycle`` returns what they did as a ``CycleReport``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-from webhook.agent.actions import KubeActions
 from webhook.agent.capabilities.batch_resources import BatchResources
 from webhook.agent.capabilities.cgroup_limits import CgroupLimits
-from webhook.agent.capabilities.cgroup_plan import CgroupPlan
-from webhook.agent.capabilities.cpu_suppress import CpuSuppress, SuppressTarget
+from webhook.agent.capabilities.cgroup_plan import CgroupWrites
+from webhook.agent.capabilities.contract import AgentCapability, CgroupReadings, Cpusets, Readings
+from webhook.agent.capabilities.cpu_suppress import CpuSuppress
 from webhook.agent.capabilities.memory_eviction import MemoryEviction
 from webhook.agent.capabilities.node_condition import NodeCondition
-from webhook.agent.cgroups import CgroupFiles
 from webhook.agent.coexistence import Coexistence
-from webhook.agent.collectors import CollectError, Collector, Layout, Sample
-from webhook.agent.domain.cgroup_limits import CgroupWrite, Folder
 from webhook.agent.domain.coexistence import Capability
+from webhook.agent.domain.sample import Layout, Sample
+from webhook.agent.edges.actions import KubeActions
+from webhook.agent.edges.cgroups import CgroupFiles
+from webhook.agent.edges.collectors import CollectError, Collector
+from webhook.agent.edges.cpusets import CpusetReader
 from webhook.agent.inputs import ClusterInputs, Inputs
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
-from webhook.agent.report import CycleReport, SuppressReport
+from webhook.agent.report import CycleReport
 from webhook.cluster.state import ClusterState
 
 log = logging.getLogger("colocation-agent")
@@ -51,13 +56,20 @@ class Agent:
         self.coexistence = Coexistence(options.disabled, self.metrics)
         self.inputs = ClusterInputs(options, state, actions, self.metrics)
         shared = (options, self.coexistence, actions, self.metrics)
-        self.eviction = MemoryEviction(*shared, collector)
+        self.eviction = MemoryEviction(*shared)
         self.limits = CgroupLimits()
-        self.suppress = CpuSuppress(options.node_name, self.metrics, options.sys_root)
-        self.cgroup_plan = CgroupPlan(options, self.coexistence)
+        self.suppress = CpuSuppress(options.node_name, self.metrics)
+        self.cgroup_writes = CgroupWrites(options, self.coexistence, self.limits, self.suppress,
+                                          lambda layout: self._files(layout))
         self.batch = BatchResources(*shared)
         self.condition = NodeCondition(*shared)
+        # The order of a cycle, the one place that says which capability runs when (as webhook/admission/chain.py
+        # orders the rules). Memory eviction comes first, on node memory alone (``cycle``); then these, on the
+        # whole node: the cgroup plan of BE limits and suppression, the batch resources, and the node condition
+        # last, on what memory eviction concluded (``Readings.memory_pressure``).
+        self.order: tuple[AgentCapability[Any], ...] = (self.cgroup_writes, self.batch, self.condition)
         self._cgroups: CgroupFiles | None = None   # the cgroup files both cgroup capabilities read and write
+        self._cpusets = CpusetReader(options.sys_root)
         self._last_collect_error: str | None = None
 
     @property
@@ -76,29 +88,27 @@ class Agent:
         self.eviction.begin_cycle()
         if self.actions is not None:
             self.actions.begin_cycle()
-        # The eviction decision needs node memory and, only when a threshold acts, the BE pods' memory: both are
-        # measured (and the Eviction requests made) before the rest of the node, which a notified cycle would
-        # otherwise measure on its way to the request.
-        pressure, observed = False, list[str]()
-        sample: Sample | None = None
+        # Node memory and, only when a threshold acts, the BE pods' memory are measured (and the Eviction requests
+        # made) before the rest of the node, which a notified cycle would otherwise measure on its way to the
+        # request.
         memory = self._measured(self.collector.node_memory, "no eviction this cycle")
+        readings = Readings(now, inputs, memory)
+        if memory is not None and self.eviction.pod_memory_needed(readings):
+            be_memory = self.collector.pod_memory(now, [v.uid for v in inputs.pods if v.be])
+            readings = dataclasses.replace(readings, be_memory=be_memory)
+        eviction = self.eviction.decide(readings)
+        self.eviction.act(readings, eviction, report)
+        sample: Sample | None = None
         if memory is not None:
-            decision = self.eviction.decide(now, memory, inputs)
-            report.memory, report.release_target_bytes = decision.memory, decision.release_target
-            report.evictions = self.eviction.act(now, decision)
-            pressure, observed = decision.pressure, decision.first_observed
             # The CPU counters are stamped when they are read: after the requests, which may have taken a while.
             sample = self._measured(lambda: self.collector.collect(self.clock() if at is None else now),
                                     "no cgroup writes and no new usage figures this cycle")
         if sample is not None:
             self._last_collect_error = None
-            report.cgroup_writes, report.cpu_suppress = self._cgroup_writes(sample, inputs)
-        batch = self.batch.decide(now, sample, inputs)
-        self.batch.act(now, inputs, batch)
-        report.batch, report.batch_reason = batch.values, batch.reason
-        condition = self.condition.decide(pressure, observed)
-        self.condition.act(inputs.node, condition)
-        report.conditions = [condition]
+        readings = dataclasses.replace(readings, sample=sample, memory_pressure=eviction.pressure_fact,
+                                       cgroups=self._read_cgroups(sample, inputs) if sample is not None else None)
+        for capability in self.order:
+            capability.act(readings, capability.decide(readings), report)
         report.capabilities_off = self.coexistence.off()
         if self.actions is not None:
             self.actions.flush_events()   # repeats folded into a series, once the node's own work is done
@@ -121,33 +131,20 @@ class Agent:
             self._cgroups = CgroupFiles(layout, self.metrics)
         return self._cgroups
 
-    def _cgroup_writes(self, sample: Sample, inputs: Inputs) -> tuple[list[CgroupWrite], SuppressReport | None]:
-        """BE limits and BE suppression: decide each, plan their writes as one, and (in ``run``) make them."""
+    def _read_cgroups(self, sample: Sample, inputs: Inputs) -> CgroupReadings | None:
+        """What the folders of BE limits and BE suppression hold (only what a capability that runs reads)."""
         on = self.coexistence.on
         limits, suppression = on(Capability.BE_CGROUP_LIMITS), on(Capability.CPU_SUPPRESS)
-        if sample.layout is None or not (limits or suppression):
-            return [], None
-        files = self._files(sample.layout)
-        under: list[Folder] = []
-        roots: list[Folder] = []
-        if limits:
-            under, roots = self.limits.folders(files, sample, inputs)
+        layout = sample.layout
+        if layout is None or not (limits or suppression):
+            return None
+        files = self._files(layout)
+        under, elsewhere = (files.pod_folders([v.obj for v in inputs.pods if v.be], sample.pod_folders, sample.time)
+                            if limits else ([], []))
         tier = files.besteffort(sample.time)
-        target = SuppressTarget()
-        if tier is not None:
-            if suppression:
-                target = self.suppress.decide(sample, inputs, tier[1])
-            roots.insert(0, target.tier(tier[0], tier[1], under))
-        else:
-            roots[:0] = under
-        writes = self.cgroup_plan.plan(files, sample.layout.version, roots, tier[0] if tier else None,
-                                       target.writes, target.cpusets, target.cpuset_folders)
-        applied = self.cgroup_plan.apply(files, writes)
-        if tier is not None and suppression:
-            self.suppress.record(tier[0], tier[1], target, writes, applied, self.options.dry_run,
-                                 inputs.cpu_suppress)
-            return writes, self.suppress.report(tier[1], target)
-        cfg = inputs.cpu_suppress
-        if suppression and cfg.enable:   # enabled, and nothing to act on: said, as capabilitiesOff says why
-            return writes, SuppressReport(cfg.cpuSuppressPolicy, None, None, reason=files.no_besteffort())
-        return writes, None
+        cpusets = None
+        if tier is not None and suppression and self.suppress.cpusets_needed(inputs):
+            tree, cpus = self._cpusets.read(layout, sample.pod_folders, sample.time, self.suppress.cpusets_anew)
+            cpusets = Cpusets(tree, (), cpus) if isinstance(cpus, str) else Cpusets(tree, tuple(cpus))
+        return CgroupReadings(layout, files.page_size, files.changed, tuple(under), tuple(elsewhere), tier,
+                              files.no_besteffort() if tier is None else None, cpusets)

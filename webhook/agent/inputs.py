@@ -6,9 +6,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from webhook.agent.actions import KubeActions
 from webhook.agent.domain.cgroup_limits import sandbox_overhead
 from webhook.agent.domain.slo_config import (
     COLOCATION_KEY,
@@ -26,6 +25,9 @@ from webhook.cluster.state import ClusterState
 from webhook.core.qos import is_be, is_terminal, kube_qos_class
 from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, CPU, MEMORY, pod_requests
+
+if TYPE_CHECKING:   # an edge: the type only, so that the capabilities, which read Inputs, load no edge
+    from webhook.agent.edges.actions import KubeActions
 
 log = logging.getLogger("colocation-agent")
 CONFIG_EVENT_REASON, CONFIG_EVENT_ACTION = "ColocationCfgInvalid", "LoadConfig"

@@ -7,8 +7,8 @@ import threading
 import time
 
 from webhook.agent.cycle import Agent
-from webhook.agent.metrics import Health
-from webhook.agent.notify import WAKE, MemoryWatch
+from webhook.agent.edges.metrics_server import Health
+from webhook.agent.edges.notify import WAKE, MemoryWatch
 
 log = logging.getLogger("colocation-agent")
 

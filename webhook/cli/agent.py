@@ -44,7 +44,7 @@ from webhook.cluster.state import AGENT_KINDS, SLO_CONFIG_NAME, SLO_CONFIG_NAMES
 from webhook.core.quantity import format_binary_si
 
 if TYPE_CHECKING:  # imported where used: `--help` and usage errors need none of them
-    from webhook.agent.collectors import Collector
+    from webhook.agent.edges.collectors import Collector
     from webhook.agent.options import AgentOptions
     from webhook.cluster.sources import Source
 
@@ -81,7 +81,7 @@ def _options(args: argparse.Namespace, node: str, dry_run: bool, enforce: bool =
 
 
 def _collector(args: argparse.Namespace) -> Collector:
-    from webhook.agent.collectors import CollectError, Collector
+    from webhook.agent.edges.collectors import CollectError, Collector
 
     collector = Collector(Path(args.proc_root), Path(args.cgroup_root))
     try:
@@ -119,7 +119,7 @@ def _files_state(folder: Path, args: argparse.Namespace) -> ClusterState:
 
 
 def _api_client(kubeconfig: str | None) -> Any:
-    from webhook.agent.actions import api_client_for
+    from webhook.agent.edges.actions import api_client_for
 
     unverified_tls(kubeconfig, log.warning)
 
@@ -218,11 +218,12 @@ def _raise_open_files_limit() -> None:
             log.warning("cannot raise the open files limit from %d: %s", soft, exc)
 
 def run(args: argparse.Namespace) -> int:
-    from webhook.agent.actions import KubeActions
     from webhook.agent.cycle import Agent
+    from webhook.agent.edges.actions import KubeActions
+    from webhook.agent.edges.metrics_server import Health, serve
+    from webhook.agent.edges.notify import MemoryWatch
     from webhook.agent.loop import run_loop
-    from webhook.agent.metrics import AgentMetrics, Health, serve
-    from webhook.agent.notify import MemoryWatch
+    from webhook.agent.metrics import AgentMetrics
 
     setup_logging(args.log_format)
     _raise_open_files_limit()

@@ -16,9 +16,9 @@ import pytest
 from harness.agent_trees import write_proc
 from harness.apiserver import ReplayAPIServer
 from tests.agent.test_cycle import GI, NODE, _api, _state, write_node, write_state
-from webhook.agent.actions import KubeActions
-from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
+from webhook.agent.edges.actions import KubeActions
+from webhook.agent.edges.collectors import Collector
 from webhook.agent.options import AgentOptions
 from webhook.cluster.state import ClusterState
 from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
@@ -165,7 +165,9 @@ def test_withdrawn_is_what_the_bound_pods_request_and_removed_only_without_them(
     kubelet restart keeps them, and no new batch pod fits; with none of them left, the values are removed."""
     agent, state, proc = _agent(tmp_path, srv, colocation)
     if colocation is None:
-        state.delete("ConfigMap", state.config_map("koordinator-system", "slo-controller-config"))
+        cm = state.config_map("koordinator-system", "slo-controller-config")
+        assert cm is not None
+        state.delete("ConfigMap", cm)
     _as_watched(state, {BATCH_CPU: "6000", BATCH_MEMORY: str(12 * GI)})
     agent.cycle(now=0.0)
     _ticks(proc, busy=1100, idle=9100)

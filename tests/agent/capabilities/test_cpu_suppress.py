@@ -13,16 +13,18 @@ import pytest
 from prometheus_client import generate_latest
 
 from harness.agent_trees import write_cpuset_v1, write_cpuset_v2, write_proc, write_sysfs
-from tests.agent.test_cgroups import fakes, tree
+from tests.agent.edges.test_cgroups import fakes, tree
 from tests.agent.test_cycle import GI, write_state
 from tests.agent.test_cycle import NODE as RECORDED_NODE
+from webhook.agent.capabilities.contract import CgroupReadings, Readings
 from webhook.agent.capabilities.cpu_suppress import CpuSuppress, Node, SuppressTarget
-from webhook.agent.collectors import Collector, PodUsage, Sample
 from webhook.agent.cycle import Agent
 from webhook.agent.domain.cgroup_limits import UNLIMITED, CgroupWrite, Current
 from webhook.agent.domain.cpu_suppress import BE_MIN_QUOTA, CFS_QUOTA_POLICY
 from webhook.agent.domain.cpuset import CPUSET_POLICY
+from webhook.agent.domain.sample import Layout, PodUsage, Sample
 from webhook.agent.domain.slo_config import Colocation, CPUSuppress, MemoryEvict
+from webhook.agent.edges.collectors import Collector
 from webhook.agent.inputs import Inputs, pod_view
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
@@ -44,6 +46,12 @@ def _sample(node_cpu_milli: float | None, ls_milli: float) -> Sample:
     return Sample(0.0, 8 << 30, 4 << 30, 4, node_cpu_milli, {"ls-0": PodUsage(ls_milli, None)})
 
 
+def _readings(sample: Sample, inputs: Inputs, tier: Current) -> Readings:
+    """What the cycle hands suppression: the sample and the tier's quota (no cpuset folders read)."""
+    cgroups = CgroupReadings(Layout(1, "cgroupfs", "kubepods", "kubepods"), 4096, True, tier=(TIER, tier))
+    return Readings(0.0, inputs, None, sample=sample, cgroups=cgroups)
+
+
 def _recorded(suppress: CpuSuppress, target: SuppressTarget, tier: Current, cfg: CPUSuppress) -> None:
     writes = [CgroupWrite(TIER, "cpu.cfs_quota_us", str(target.quota))] if target.quota is not None else []
     suppress.record(TIER, tier, target, writes, {(TIER, "cpu.cfs_quota_us")}, False, cfg)
@@ -56,7 +64,7 @@ def test_cfs_quota_in_force_gives_the_tier_what_ls_leaves() -> None:
     tier = Current(quota=UNLIMITED, period=PERIOD)
     assert suppress.in_force(cfg, Node(_sample(1500.0, 1000.0), _inputs(cfg))) is suppress.policies[CFS_QUOTA_POLICY]
     # 4 cores × 65 % = 2600 − ls-0 1000 − system (1500 − 1000) = 1100 m -> 110000 µs per 100000.
-    target = suppress.decide(_sample(1500.0, 1000.0), _inputs(cfg), tier)
+    target = suppress.decide(_readings(_sample(1500.0, 1000.0), _inputs(cfg), tier))
     assert target == SuppressTarget(quota=110000)
     _recorded(suppress, target, tier, cfg)
     assert metrics.registry.get_sample_value("koordlet_be_suppress_cpu_cores",
@@ -66,15 +74,15 @@ def test_cfs_quota_in_force_gives_the_tier_what_ls_leaves() -> None:
 
 def test_without_a_cpu_rate_nothing_is_written() -> None:
     cfg = CPUSuppress(enable=True, cpuSuppressPolicy=CFS_QUOTA_POLICY)
-    target = CpuSuppress(NODE, AgentMetrics()).decide(_sample(None, 0.0), _inputs(cfg),
-                                                      Current(quota=UNLIMITED, period=PERIOD))
+    target = CpuSuppress(NODE, AgentMetrics()).decide(_readings(_sample(None, 0.0), _inputs(cfg),
+                                                      Current(quota=UNLIMITED, period=PERIOD)))
     assert not target.writes
 
 
 def test_the_floor_holds_when_ls_takes_everything() -> None:
     cfg = CPUSuppress(enable=True, cpuSuppressPolicy=CFS_QUOTA_POLICY)
-    target = CpuSuppress(NODE, AgentMetrics()).decide(_sample(4000.0, 4000.0), _inputs(cfg),
-                                                      Current(quota=UNLIMITED, period=PERIOD))
+    target = CpuSuppress(NODE, AgentMetrics()).decide(_readings(_sample(4000.0, 4000.0), _inputs(cfg),
+                                                      Current(quota=UNLIMITED, period=PERIOD)))
     assert target.quota == BE_MIN_QUOTA
 
 
@@ -85,24 +93,24 @@ def test_the_floor_holds_when_ls_takes_everything() -> None:
 def test_a_quota_left_on_the_tier_is_recovered_once(cfg: CPUSuppress) -> None:
     suppress = CpuSuppress(NODE, AgentMetrics())
     tier = Current(quota=300000, period=PERIOD)
-    first = suppress.decide(_sample(1500.0, 1000.0), _inputs(cfg), tier)
+    first = suppress.decide(_readings(_sample(1500.0, 1000.0), _inputs(cfg), tier))
     assert first == SuppressTarget(quota=UNLIMITED)
     _recorded(suppress, first, tier, cfg)
     # Recovered: someone setting a quota again is not undone (koordlet recovers once, too).
-    assert not suppress.decide(_sample(1500.0, 1000.0), _inputs(cfg), tier).writes
+    assert not suppress.decide(_readings(_sample(1500.0, 1000.0), _inputs(cfg), tier)).writes
 
 
 def test_an_unlimited_tier_needs_no_recovery() -> None:
     cfg = CPUSuppress(enable=False)
-    assert not CpuSuppress(NODE, AgentMetrics()).decide(_sample(1500.0, 1000.0), _inputs(cfg),
-                                                        Current(quota=UNLIMITED, period=PERIOD)).writes
+    assert not CpuSuppress(NODE, AgentMetrics()).decide(_readings(_sample(1500.0, 1000.0), _inputs(cfg),
+                                                        Current(quota=UNLIMITED, period=PERIOD))).writes
 
 
 def test_cpuset_without_a_cgroup_tree_says_once_that_cfs_quota_stands_in(caplog: pytest.LogCaptureFixture) -> None:
     suppress = CpuSuppress(NODE, AgentMetrics())
     cfg = CPUSuppress(enable=True, cpuSuppressPolicy=CPUSET_POLICY)
     with caplog.at_level(logging.INFO, "colocation-agent"):
-        targets = [suppress.decide(_sample(1500.0, 1000.0), _inputs(cfg), Current(quota=UNLIMITED, period=PERIOD))
+        targets = [suppress.decide(_readings(_sample(1500.0, 1000.0), _inputs(cfg), Current(quota=UNLIMITED, period=PERIOD)))
                    for _ in range(3)]
     said = [r.getMessage() for r in caplog.records if "cpuset" in r.getMessage()]
     assert said == ["cpuSuppressPolicy cpuset cannot act: no kubepods cgroup tree; suppressing BE CPU with cfsQuota "
@@ -113,8 +121,8 @@ def test_cpuset_without_a_cgroup_tree_says_once_that_cfs_quota_stands_in(caplog:
 
 def test_an_unreadable_quota_is_left_alone() -> None:
     cfg = CPUSuppress(enable=True, cpuSuppressPolicy=CFS_QUOTA_POLICY)
-    assert not CpuSuppress(NODE, AgentMetrics()).decide(_sample(1500.0, 1000.0), _inputs(cfg),
-                                                        Current(quota=None, period=PERIOD)).writes
+    assert not CpuSuppress(NODE, AgentMetrics()).decide(_readings(_sample(1500.0, 1000.0), _inputs(cfg),
+                                                        Current(quota=None, period=PERIOD))).writes
 
 
 # -- the cpuset policy through the cycle ------------------------------------------------------------------------

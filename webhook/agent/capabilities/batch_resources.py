@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
-from webhook.agent.actions import KubeActions
+from webhook.agent.capabilities.contract import Readings
 from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
-from webhook.agent.collectors import Sample
 from webhook.agent.domain import batch_allocatable as batchcalc
 from webhook.agent.domain.coexistence import Capability, node_status_overwritten
+from webhook.agent.domain.sample import Sample
 from webhook.agent.inputs import Inputs, quantity
 from webhook.agent.metrics import UNITS, AgentMetrics
 from webhook.agent.options import AgentOptions
+from webhook.agent.report import CycleReport
 from webhook.core.quantity import int_value, milli_value
 from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY
+
+if TYPE_CHECKING:
+    from webhook.agent.edges.actions import KubeActions
 
 log = logging.getLogger("colocation-agent")
 WRITES_REMEMBERED = 3   # the agent's own node-status writes a late watch may still show
@@ -32,6 +37,8 @@ class BatchDecision:
 
 
 class BatchResources(Shared):
+    names: ClassVar[tuple[Capability, ...]] = (Capability.BATCH_RESOURCES,)
+
     def __init__(self, options: AgentOptions, coexistence: Coexistence, actions: KubeActions | None,
                  metrics: AgentMetrics) -> None:
         super().__init__(options, coexistence, actions, metrics)
@@ -49,8 +56,9 @@ class BatchResources(Shared):
     def on(self) -> bool:
         return self.coexistence.on(Capability.BATCH_RESOURCES)
 
-    def decide(self, now: float, sample: Sample | None, inputs: Inputs) -> BatchDecision:
-        """The usage window moved on by ``sample`` (None: not measured), and the batch values from it."""
+    def decide(self, readings: Readings) -> BatchDecision:
+        """The usage window moved on by the sample (None: not measured), and the batch values from it."""
+        now, sample, inputs = readings.now, readings.sample, readings.inputs
         if not self.on:
             return BatchDecision({}, None, None)
         if self.started is None:
@@ -121,9 +129,11 @@ class BatchResources(Shared):
             log.debug("%s", line)
         return result
 
-    def act(self, now: float, inputs: Inputs, decision: BatchDecision) -> None:
+    def act(self, readings: Readings, decision: BatchDecision, report: CycleReport) -> None:
         """Publish the values in the node status when they moved enough (or it is time), unless another writer
         has taken them over."""
+        report.batch, report.batch_reason = decision.values, decision.reason
+        now, inputs = readings.now, readings.inputs
         node_name = self.options.node_name
         if not self.on or decision.hold or not self.writes_node(inputs.node):
             return

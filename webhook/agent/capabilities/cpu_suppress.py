@@ -10,7 +10,9 @@ tier, no cpuset hierarchy, no readable topology) ``cfsQuota`` is in force instea
 
 A policy is a ``SuppressPolicy`` in ``CpuSuppress.policies``, keyed by its ``cpuSuppressPolicy`` name; what it
 writes is a field of ``SuppressTarget``: the quota goes on the tier's folder to plan (``SuppressTarget.tier``),
-the cpusets are planned already (``SuppressTarget.cpusets``); ``record`` sees how the writes went.
+the cpusets are planned already (``SuppressTarget.cpusets``); ``record`` sees how the writes went. The tier's
+cpuset folders and the topology are read by the cycle (``webhook.agent.edges.cpusets.CpusetReader``) when
+``cpusets_needed`` says the policies read them this cycle.
 """
 
 from __future__ import annotations
@@ -19,15 +21,11 @@ import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
-from webhook.agent.cgroups import VERIFY_SECONDS
-from webhook.agent.collectors import Layout, Sample
-from webhook.agent.cpusets import CpusetTree, read_tree
+from webhook.agent.capabilities.contract import Cpusets, Readings
 from webhook.agent.domain import cpu_suppress as suppress
 from webhook.agent.domain.cgroup_limits import (
-    BESTEFFORT_FOLDER,
     DEFAULT_CFS_PERIOD,
     UNLIMITED,
     CgroupWrite,
@@ -36,6 +34,7 @@ from webhook.agent.domain.cgroup_limits import (
 )
 from webhook.agent.domain.cpuset import (
     CPUSET_POLICY,
+    CpusetTree,
     Pools,
     ProcessorInfo,
     choose,
@@ -43,11 +42,11 @@ from webhook.agent.domain.cpuset import (
     plan_cpuset_writes,
     pools,
 )
+from webhook.agent.domain.sample import Sample
 from webhook.agent.domain.slo_config import CPUSuppress
 from webhook.agent.inputs import Inputs, quantity
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.report import SuppressReport
-from webhook.agent.topology import SYS_ROOT, TopologyError, TopologyReader
 from webhook.core.quantity import milli_value
 from webhook.core.resources import CPU
 
@@ -101,6 +100,7 @@ class Node:
 
     sample: Sample
     inputs: Inputs
+    cpusets: Cpusets | None = None   # the tier's cpuset folders and the topology, when read this cycle
 
 
 class SuppressPolicy(Protocol):
@@ -163,39 +163,28 @@ class Cpuset:
 
     name = CPUSET_POLICY
 
-    def __init__(self, node_name: str, metrics: AgentMetrics, sys_root: Path = SYS_ROOT) -> None:
+    def __init__(self, node_name: str, metrics: AgentMetrics) -> None:
         self.node_name = node_name
         self.metrics = metrics
-        self.topology = TopologyReader(sys_root)
         self.recovered = False        # every CPU BE may use is back (koordlet writes it every cycle; once holds)
         self.tree = CpusetTree()      # the tier's cpuset folders, as last read
         self.held: frozenset[int] | None = None   # the CPUs BE pods may use, as last read or written
         self.processors: list[ProcessorInfo] = []  # the node's online CPUs, as read this cycle
+        self.stale = False            # the agent wrote to the tree: the next cycle reads it anew
         self._problems: set[str] = set()
-        # The tree is read again when BE pods come or go, after the agent wrote to it, and at least every
-        # VERIFY_SECONDS (as the BE pods' other cgroup files): a walk reads every folder. A container that
-        # starts meanwhile holds its pod's CPUs (the runtime copies them; cgroup v2: empty, the parent's).
-        self._read: tuple[Layout, frozenset[str], float] | None = None
 
     def unavailable(self, node: Node) -> str | None:
-        """Read the tier's cpuset folders and the topology; why the policy cannot act, None when it can."""
-        layout = node.sample.layout
-        if layout is None:
+        """Why the policy cannot act on the tier's cpuset folders and the topology as read, None when it can."""
+        read = node.cpusets
+        if read is None:
             return "no kubepods cgroup tree"
-        prefix = BESTEFFORT_FOLDER[layout.driver] + "/"
-        pods = frozenset(rel for rel in node.sample.pod_folders.values() if rel.startswith(prefix))
-        now, last = node.sample.time, self._read
-        if (last is None or last[0] != layout or last[1] != pods or now - last[2] >= VERIFY_SECONDS
-                or self.tree.unavailable is not None):
-            self.tree = read_tree(layout)
-            self._read = (layout, pods, now)
+        self.tree, self.stale = read.tree, False
         if self.tree.unavailable is not None:
             return self.tree.unavailable
         self.held = self.tree.held
-        try:
-            self.processors = self.topology.read()
-        except TopologyError as exc:
-            return f"cannot read the CPU topology: {exc}"
+        if read.topology_error is not None:
+            return read.topology_error
+        self.processors = list(read.processors)
         return None
 
     def _pools(self, node: Node) -> Pools:
@@ -231,7 +220,7 @@ class Cpuset:
     def record(self, tier: Current, outcome: Outcome, in_force: bool) -> None:
         target = outcome.target
         if target.cpusets:
-            self._read = None             # read what the kernel made of the writes next cycle
+            self.stale = True             # read what the kernel made of the writes next cycle
             if outcome.cpusets_done and target.cpus is not None:
                 self.held = target.cpus
                 if not in_force:
@@ -241,11 +230,11 @@ class Cpuset:
 
 
 class CpuSuppress:
-    def __init__(self, node_name: str, metrics: AgentMetrics, sys_root: Path = SYS_ROOT) -> None:
+    def __init__(self, node_name: str, metrics: AgentMetrics) -> None:
         self.node_name = node_name
         self.metrics = metrics
         self.cfs_quota = CfsQuota(node_name, metrics)
-        self.cpuset = Cpuset(node_name, metrics, sys_root)
+        self.cpuset = Cpuset(node_name, metrics)
         self.policies: dict[str, SuppressPolicy] = {suppress.CFS_QUOTA_POLICY: self.cfs_quota,
                                                     CPUSET_POLICY: self.cpuset}
         self.fallback: str | None = None       # why cfsQuota stands in for the cpuset policy this cycle
@@ -269,9 +258,24 @@ class CpuSuppress:
             self._said = self.fallback
         return policy
 
-    def decide(self, sample: Sample, inputs: Inputs, tier: Current) -> SuppressTarget:
-        """What to write to the besteffort tier: the policy in force suppresses, the others recover."""
-        node = Node(sample, inputs)
+    def cpusets_needed(self, inputs: Inputs) -> bool:
+        """Whether this cycle's policies read the tier's cpuset folders and the topology: the cpuset policy is
+        enabled, or has not recovered yet (pure: the config and what the policy remembers)."""
+        cfg = inputs.cpu_suppress
+        return (cfg.enable and cfg.cpuSuppressPolicy == CPUSET_POLICY) or not self.cpuset.recovered
+
+    @property
+    def cpusets_anew(self) -> bool:
+        """The agent wrote to the tier's cpuset folders last cycle: they are read anew."""
+        return self.cpuset.stale
+
+    def decide(self, readings: Readings) -> SuppressTarget:
+        """What to write to the besteffort tier: the policy in force suppresses, the others recover. Called with
+        the sample and the tier read."""
+        cgroups, sample, inputs = readings.cgroups, readings.sample, readings.inputs
+        assert cgroups is not None and cgroups.tier is not None and sample is not None
+        tier = cgroups.tier[1]
+        node = Node(sample, inputs, cgroups.cpusets)
         in_force = self._in_force = self.in_force(inputs.cpu_suppress, node)
         target = SuppressTarget()
         for policy in self.policies.values():

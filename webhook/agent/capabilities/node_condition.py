@@ -6,17 +6,19 @@ met are in the message), with ``lastTransitionTime`` moved only when the status 
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
-from webhook.agent.actions import KubeActions
+from webhook.agent.capabilities.contract import Readings
 from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain.coexistence import Capability
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
-from webhook.agent.report import Condition
+from webhook.agent.report import Condition, CycleReport
+
+if TYPE_CHECKING:
+    from webhook.agent.edges.actions import KubeActions
 
 log = logging.getLogger("colocation-agent")
 PRESSURE_CONDITION = "BEMemoryPressure"
@@ -32,6 +34,8 @@ def _wall() -> str:
 
 
 class NodeCondition(Shared):
+    names: ClassVar[tuple[Capability, ...]] = ()   # no --disable of its own: it says what memory eviction sees
+
     def __init__(self, options: AgentOptions, coexistence: Coexistence, actions: KubeActions | None,
                  metrics: AgentMetrics) -> None:
         super().__init__(options, coexistence, actions, metrics)
@@ -42,8 +46,9 @@ class NodeCondition(Shared):
     def last_status(self) -> str | None:
         return self.last.status if self.last is not None else None
 
-    def decide(self, pressure: bool, observed: Sequence[str]) -> Condition:
-        """The condition for ``pressure`` (``observed``: the thresholds met, described)."""
+    def decide(self, readings: Readings) -> Condition:
+        """The condition for what memory eviction concluded (``readings.memory_pressure``)."""
+        pressure, observed = readings.memory_pressure.met, readings.memory_pressure.observed
         self.metrics.pressure.labels(self.options.node_name).set(1 if pressure else 0)
         on = self.coexistence.on
         if not (on(Capability.MEMORY_EVICTION) or on(Capability.KUBELET_EVICTION)):
@@ -56,8 +61,12 @@ class NodeCondition(Shared):
             return Condition(PRESSURE_CONDITION, "True", PRESSURE_REASON, message)
         return Condition(PRESSURE_CONDITION, "False", NO_PRESSURE_REASON, "no memory threshold met")
 
-    def act(self, node: dict[str, Any] | None, cond: Condition) -> None:
-        """Patch ``cond`` into the node status when it differs from the one there (or the one last set)."""
+    def act(self, readings: Readings, decision: Condition, report: CycleReport) -> None:
+        """Patch the condition (``decision``) into the node status when it differs from the one there (or the one
+        last set)."""
+        report.conditions = [decision]
+        cond = decision
+        node = readings.inputs.node
         if node is None or not self.writes_node(node):
             return
         on_node: dict[str, Any] = next((c for c in ((node.get("status") or {}).get("conditions") or [])

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from webhook.agent.actions import KubeActions
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
+
+if TYPE_CHECKING:   # an edge: the type only (capabilities never import one, webhook.agent.capabilities.contract)
+    from webhook.agent.edges.actions import KubeActions
 
 
 class Shared:

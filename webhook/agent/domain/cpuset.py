@@ -292,6 +292,16 @@ class CpusetFolder:
     cpus: frozenset[int] | None         # None: the folder has no cpuset.cpus (cgroup v2, controller not enabled)
 
 
+@dataclass(frozen=True, slots=True)
+class CpusetTree:
+    """The besteffort tier's folders in the cpuset hierarchy as read (``webhook.agent.edges.cpusets.read_tree``)."""
+
+    folders: tuple[CpusetFolder, ...] = ()       # tier first, each folder before those in it
+    held: frozenset[int] = frozenset()           # the CPUs the tier's pods may use now
+    unavailable: str | None = None               # why the cpuset policy cannot act on this node
+    problems: tuple[str, ...] = ()               # files that could not be read (their folders are left alone)
+
+
 def plan_cpuset_writes(folders: Sequence[CpusetFolder], target: frozenset[int],
                        tier_held: frozenset[int] | None = None) -> list[CgroupWrite]:
     """The writes that bring every folder to ``target``, in an order the kernel accepts at every step.

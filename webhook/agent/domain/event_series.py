@@ -5,7 +5,7 @@ client-go's event recorder (``k8s.io/client-go/tools/events``) keys an Event on 
 series): the first occurrence creates the object, a repeat patches its ``series`` (``count``,
 ``lastObservedTime``) instead of creating another one, and a series nobody repeated for 6 minutes ends, so the
 next occurrence starts a new object. ``SeriesBook`` makes those decisions over plain data; the agent's API edge
-(``webhook.agent.actions``) sends them.
+(``webhook.agent.edges.actions``) sends them.
 
 Two bounds client-go also has in some form: a series is patched at most once per ``patch_interval`` (the
 first repeat at once, later ones folded and sent by ``due``), and the book holds at most ``max_series``

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 from webhook.agent.domain.thresholds import KUBELET, WATERMARK, Observation, Threshold, amount_to_free, node_low_message
@@ -27,6 +28,23 @@ COOLDOWN_SECONDS = 4.0            # koordlet --memory-evict-cool-time-seconds
 EVICTED_TTL_SECONDS = 120.0       # koordlet's evicted-pod cache
 CRITICAL_PRIORITY = 2000000000    # kubelet never evicts system-critical pods
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+
+class EvictOutcome(StrEnum):
+    """What an eviction request came to (the API edge, ``webhook.agent.edges.actions``, says which)."""
+
+    EVICTED = "evicted"
+    BLOCKED = "blocked"        # 429: a PodDisruptionBudget (or the API's rate limit) said no
+    GONE = "gone"              # 404: the pod no longer exists
+    CONFLICT = "conflict"      # 409: same name, different UID (recreated)
+    FAILED = "failed"          # anything else (5xx, network)
+
+
+@dataclass(frozen=True, slots=True)
+class EvictResult:
+    outcome: EvictOutcome
+    code: int | None = None
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)

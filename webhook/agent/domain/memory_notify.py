@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from webhook.agent.domain.thresholds import MEMORY_AVAILABLE, Threshold, met_at_used
 
-# What ``--memory-notification`` accepts (the sources are in ``webhook.agent.notify``).
+# What ``--memory-notification`` accepts (the sources are in ``webhook.agent.edges.notify``).
 MODES = ("auto", "memcg-threshold", "psi", "sampler", "none")
 REARM_FRACTION = 1024          # re-arm when the wanted threshold moved by more than capacity / 1024
 MIN_REARM_BYTES = 1 << 20

@@ -18,8 +18,8 @@ from webhook.agent.domain.thresholds import (
     parse_thresholds,
     watermark_threshold,
 )
+from webhook.agent.edges.notify import WAKE, MemoryWatch
 from webhook.agent.metrics import AgentMetrics
-from webhook.agent.notify import WAKE, MemoryWatch
 
 GI, MI = 2**30, 2**20
 

@@ -9,7 +9,7 @@ import pytest
 
 from harness.agent_trees import write_sysfs
 from webhook.agent.domain.cpuset import ProcessorInfo, parse_cpu_list
-from webhook.agent.topology import TopologyError, TopologyReader, read_processors
+from webhook.agent.edges.topology import TopologyError, TopologyReader, read_processors
 
 
 def test_two_sockets_with_hyperthreads(tmp_path: Path) -> None:

@@ -16,11 +16,12 @@ from subprocess import Popen
 import pytest
 
 from harness.kernel import RealCgroupRoot, cpuset_unavailable_reason, real_cgroup_root
-from webhook.agent.cgroups import CgroupFiles
-from webhook.agent.collectors import Layout, detect_layout
-from webhook.agent.cpusets import read_tree
 from webhook.agent.domain.cgroup_limits import CgroupWrite
 from webhook.agent.domain.cpuset import CPUSET_FILE, format_cpu_list, parse_cpu_list, plan_cpuset_writes
+from webhook.agent.domain.sample import Layout
+from webhook.agent.edges.cgroups import CgroupFiles
+from webhook.agent.edges.collectors import detect_layout
+from webhook.agent.edges.cpusets import read_tree
 
 REASON = cpuset_unavailable_reason()
 pytestmark = pytest.mark.skipif(REASON is not None, reason=REASON or "")

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from harness.agent_trees import FakePod, pod_dir_v2, set_pod_cpu_v2, write_cgroup_v1, write_cgroup_v2, write_proc
-from webhook.agent.collectors import CollectError, Collector, detect_layout, read_cpu_ticks, read_meminfo
+from webhook.agent.domain.sample import PodUsage
+from webhook.agent.edges.collectors import CollectError, Collector, detect_layout, read_cpu_ticks, read_meminfo
 
 GI, MI = 2**30, 2**20
 PODS = [FakePod("11111111-aaaa-4bbb-8ccc-000000000001", "besteffort", 300 * MI, 100 * MI, 1_000_000),
@@ -79,7 +81,7 @@ def test_no_kubepods_tree_means_no_pods(tmp_path: Path) -> None:
     ("memory.stat without inactive_file", lambda d: (d / "memory.stat").write_text("anon 1\n")),
     ("memory.stat half-written", lambda d: (d / "memory.stat").write_text("anon 1\ninactive_fi")),
 ])
-def test_broken_files_mean_no_usage(tmp_path: Path, name: str, breakage) -> None:
+def test_broken_files_mean_no_usage(tmp_path: Path, name: str, breakage: Callable[[Path], object]) -> None:
     write_proc(tmp_path / "proc", 32 * GI, 8 * GI)
     cg = write_cgroup_v2(tmp_path / "cg", PODS)
     breakage(pod_dir_v2(cg, PODS[0]))
@@ -91,7 +93,7 @@ def test_broken_files_mean_no_usage(tmp_path: Path, name: str, breakage) -> None
 def test_pod_vanishing_between_scan_and_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import shutil
 
-    import webhook.agent.collectors as col
+    import webhook.agent.edges.collectors as col
 
     write_proc(tmp_path / "proc", 32 * GI, 8 * GI)
     cg = write_cgroup_v2(tmp_path / "cg", PODS)
@@ -104,7 +106,7 @@ def test_pod_vanishing_between_scan_and_read(tmp_path: Path, monkeypatch: pytest
 
     monkeypatch.setattr(col, "pod_dirs", scan_then_vanish)
     s = Collector(tmp_path / "proc", cg).collect(0)
-    assert s.pods[PODS[0].uid] == col.PodUsage(None, None)
+    assert s.pods[PODS[0].uid] == PodUsage(None, None)
 
 
 def test_usage_files_stay_open_and_a_pod_that_left_has_them_closed(tmp_path: Path) -> None:

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from harness.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_cpuset_v1, write_cpuset_v2
-from webhook.agent.cgroups import CgroupFiles
-from webhook.agent.collectors import Layout, detect_layout
-from webhook.agent.cpusets import read_tree
 from webhook.agent.domain.cpuset import CPUSET_FILE, parse_cpu_list, plan_cpuset_writes
+from webhook.agent.domain.sample import Layout
+from webhook.agent.edges.cgroups import CgroupFiles
+from webhook.agent.edges.collectors import detect_layout
+from webhook.agent.edges.cpusets import read_tree
 
 PODS = [FakePod("aaaa-1", container_ids=("containerd://c1", "containerd://c2")),
         FakePod("bbbb-2", container_ids=("containerd://c3",)),

@@ -18,7 +18,6 @@ from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.agent.collectors import Layout, open_read
 from webhook.agent.domain.cgroup_limits import (
     BESTEFFORT_FOLDER,
     CgroupWrite,
@@ -34,6 +33,8 @@ from webhook.agent.domain.cgroup_limits import (
     pod_limits,
 )
 from webhook.agent.domain.cpuset import CPUSET_FILE
+from webhook.agent.domain.sample import Layout
+from webhook.agent.edges.collectors import open_read
 from webhook.agent.metrics import AgentMetrics
 from webhook.core.qos import is_be, is_terminal
 

@@ -17,10 +17,11 @@ import pytest
 from harness.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write_proc
 from harness.apiserver import Blackhole
 from tests.agent.test_cycle import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
-from webhook.agent.actions import KubeActions
-from webhook.agent.collectors import Collector
 from webhook.agent.cycle import Agent
-from webhook.agent.metrics import AgentMetrics, Health, serve
+from webhook.agent.edges.actions import KubeActions
+from webhook.agent.edges.collectors import Collector
+from webhook.agent.edges.metrics_server import Health, serve
+from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.cluster.files import FilesSource
 from webhook.cluster.state import AGENT_KINDS, ClusterState
@@ -154,8 +155,13 @@ def test_a_refused_write_is_counted_logged_and_retried(tmp_path: Path, caplog: p
     agent = Agent(AgentOptions(NODE, enforce=True), Collector(proc, cg), state, metrics=metrics)
     original = agent._files
 
+    wrapped: set[int] = set()
+
     def vanish_then_apply(layout):  # type: ignore[no-untyped-def]
         files = original(layout)
+        if id(files) in wrapped:    # the cycle reads and writes through the same files: wrapped once
+            return files
+        wrapped.add(id(files))
         real_apply = files.apply
 
         def apply(writes):  # type: ignore[no-untyped-def]
@@ -306,7 +312,7 @@ def test_recorded_node_has_the_capacity_the_tests_assume() -> None:
 
 # -- what is read when ----------------------------------------------------------------------------------------
 def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from webhook.agent.cgroups import CgroupFiles
+    from webhook.agent.edges.cgroups import CgroupFiles
 
     reads: list[str] = []
     real = CgroupFiles._read
@@ -321,8 +327,8 @@ def _counting_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 def test_a_value_changed_behind_the_agents_back_is_noticed_within_the_verify_period_and_not_fought(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    from webhook.agent.cgroups import VERIFY_SECONDS
     from webhook.agent.domain.coexistence import Capability
+    from webhook.agent.edges.cgroups import VERIFY_SECONDS
 
     state = _state(write_state(tmp_path / "state"))
     proc = write_proc(tmp_path / "proc", 32 * GI, 24 * GI)

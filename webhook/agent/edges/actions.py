@@ -10,12 +10,11 @@ import json
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any
 
 from webhook.agent.domain.event_series import Create, EventKey, Patch, Regarding, SeriesBook
+from webhook.agent.domain.eviction import EvictOutcome, EvictResult
 
 log = logging.getLogger(__name__)
 
@@ -30,21 +29,6 @@ COMPONENT = "colocation-agent"      # the Events' reportingController
 SMP = "application/strategic-merge-patch+json"
 EVENTS_PATH = "/apis/events.k8s.io/v1/namespaces/{namespace}/events"
 EVENT_PATH = EVENTS_PATH + "/{name}"
-
-
-class EvictOutcome(StrEnum):
-    EVICTED = "evicted"
-    BLOCKED = "blocked"        # 429: a PodDisruptionBudget (or the API's rate limit) said no
-    GONE = "gone"              # 404: the pod no longer exists
-    CONFLICT = "conflict"      # 409: same name, different UID (recreated)
-    FAILED = "failed"          # anything else (5xx, network)
-
-
-@dataclass(frozen=True, slots=True)
-class EvictResult:
-    outcome: EvictOutcome
-    code: int | None = None
-    message: str = ""
 
 
 _OUTCOMES = {201: EvictOutcome.EVICTED, 200: EvictOutcome.EVICTED, 429: EvictOutcome.BLOCKED,

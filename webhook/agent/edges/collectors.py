@@ -13,43 +13,15 @@ import os
 import re
 import weakref
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
+
+from webhook.agent.domain.sample import Layout, PodUsage, Sample
 
 STAT_SECONDS = 5.0
 
 
 class CollectError(Exception):
     """The node itself cannot be measured (proc root unreadable or malformed)."""
-
-
-class PodUsage(NamedTuple):
-    """A tuple: the usage window takes a sample's pods as they are."""
-
-    cpu_milli: float | None       # None until two samples exist, or when unreadable
-    memory: int | None            # working set bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    time: float
-    mem_total: int
-    mem_available: int
-    num_cpus: int
-    node_cpu_milli: float | None
-    pods: dict[str, PodUsage] = field(default_factory=dict)
-    layout: Layout | None = None
-    pod_folders: dict[str, str] = field(default_factory=dict)  # uid -> folder relative to the kubepods folder
-
-    @property
-    def mem_used(self) -> int:
-        return used_memory(self.mem_total, self.mem_available)
-
-
-def used_memory(total: int, available: int) -> int:
-    """Node memory in use, the measure of every memory threshold: MemTotal − MemAvailable, never below 0."""
-    return max(total - available, 0)
 
 
 # -- /proc ------------------------------------------------------------------------------------------
@@ -235,24 +207,6 @@ def _stat_in(data: bytes | None, key: bytes) -> int | None:
         return int(data[at + len(key) + 1: end if end >= 0 else None])
     except ValueError:
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    version: int            # 1 or 2
-    driver: str             # "systemd" or "cgroupfs"
-    memory_base: str        # the kubepods directory holding memory files
-    cpu_base: str           # the kubepods directory holding cpu accounting (v1: cpuacct)
-    root: str = ""          # the cgroup root (--cgroup-root)
-    cpu_ctl_base: str = ""  # the kubepods directory of the cpu controller (v1: cpu; v2: the same folder)
-
-    @property
-    def name(self) -> str:
-        return f"v{self.version}/{self.driver}"
-
-    def rel(self, path: str) -> str:
-        """``path`` relative to the cgroup root, as ``cgroupWrites`` name folders."""
-        return os.path.relpath(path, self.root) if self.root else path
 
 
 # A controller's mount point under the v1 root: separate mounts (cpu, cpuacct) or the combined one.

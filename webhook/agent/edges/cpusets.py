@@ -16,22 +16,24 @@ the tier, every folder in it (pods) and every folder in those (containers, sandb
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from collections.abc import Mapping
+from pathlib import Path
 
-from webhook.agent.collectors import Layout
 from webhook.agent.domain.cgroup_limits import BESTEFFORT_FOLDER
-from webhook.agent.domain.cpuset import CPUSET_FILE, CpuListError, CpusetFolder, parse_cpu_list
+from webhook.agent.domain.cpuset import (
+    CPUSET_FILE,
+    CpuListError,
+    CpusetFolder,
+    CpusetTree,
+    ProcessorInfo,
+    parse_cpu_list,
+)
+from webhook.agent.domain.sample import Layout
+from webhook.agent.edges.cgroups import VERIFY_SECONDS
+from webhook.agent.edges.topology import SYS_ROOT, TopologyError, TopologyReader
 
 EFFECTIVE_FILE = "cpuset.cpus.effective"
 MAX_DEPTH = 2                     # koordlet ContainerCgroupPathRelativeDepth: tier 0, pods 1, containers 2
-
-
-@dataclass(frozen=True, slots=True)
-class CpusetTree:
-    folders: tuple[CpusetFolder, ...] = ()       # tier first, each folder before those in it
-    held: frozenset[int] = frozenset()           # the CPUs the tier's pods may use now
-    unavailable: str | None = None               # why the cpuset policy cannot act on this node
-    problems: tuple[str, ...] = ()               # files that could not be read (their folders are left alone)
 
 
 def tier_path(layout: Layout) -> str:
@@ -132,3 +134,36 @@ def read_tree(layout: Layout) -> CpusetTree:
     if not held and layout.version == 2:     # empty on v2: the parent's CPUs, as the kernel's effective list says
         held = _cpus(tier, EFFECTIVE_FILE, layout, problems, known) or frozenset()
     return CpusetTree(folders, held, None, tuple(problems))
+
+
+class CpusetReader:
+    """The tier's cpuset folders and the CPU topology, for the cpuset policy (``webhook.agent.capabilities.
+    cpu_suppress``).
+
+    The tree is read again when BE pods come or go, after the agent wrote to it (``anew``), while the policy cannot
+    act, and at least every VERIFY_SECONDS (as the BE pods' other cgroup files): a walk reads every folder. A
+    container that starts meanwhile holds its pod's CPUs (the runtime copies them; cgroup v2: empty, the parent's).
+    """
+
+    def __init__(self, sys_root: Path = SYS_ROOT) -> None:
+        self.topology = TopologyReader(sys_root)
+        self.tree = CpusetTree()
+        self._read: tuple[Layout, frozenset[str], float] | None = None
+
+    def read(self, layout: Layout, pod_folders: Mapping[str, str], now: float,
+             anew: bool = False) -> tuple[CpusetTree, list[ProcessorInfo] | str]:
+        """The tree, and the online CPUs or why the topology cannot be read (not read while the tree is
+        unavailable)."""
+        prefix = BESTEFFORT_FOLDER[layout.driver] + "/"
+        pods = frozenset(rel for rel in pod_folders.values() if rel.startswith(prefix))
+        last = self._read
+        if (anew or last is None or last[0] != layout or last[1] != pods or now - last[2] >= VERIFY_SECONDS
+                or self.tree.unavailable is not None):
+            self.tree = read_tree(layout)
+            self._read = (layout, pods, now)
+        if self.tree.unavailable is not None:
+            return self.tree, []
+        try:
+            return self.tree, self.topology.read()
+        except TopologyError as exc:
+            return self.tree, f"cannot read the CPU topology: {exc}"

@@ -9,7 +9,6 @@ import pytest
 
 from harness.apiserver import Blackhole, ReplayAPIServer, load_exchange
 from tests.events_api import EventsAPI, create_errors
-from webhook.agent.actions import KubeActions
 from webhook.agent.domain.event_series import (
     FINISH_SECONDS,
     PATCH_INTERVAL,
@@ -21,6 +20,7 @@ from webhook.agent.domain.event_series import (
     truncate_note,
 )
 from webhook.agent.domain.eviction import watermark_message
+from webhook.agent.edges.actions import KubeActions
 
 NS = "colo-demo"
 NODE = "colo-node-1"

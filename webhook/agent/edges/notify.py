@@ -27,7 +27,6 @@ import select
 import time
 from pathlib import Path
 
-from webhook.agent.collectors import CollectError, MeminfoReader, used_memory
 from webhook.agent.domain.memory_notify import (
     MODES,
     SamplerGate,
@@ -36,6 +35,8 @@ from webhook.agent.domain.memory_notify import (
     needs_rearm,
     rearm_tolerance,
 )
+from webhook.agent.domain.sample import used_memory
+from webhook.agent.edges.collectors import CollectError, MeminfoReader
 from webhook.agent.metrics import NOTIFICATION_SOURCES, AgentMetrics
 
 log = logging.getLogger("colocation-agent")
