@@ -118,3 +118,29 @@ def test_every_readme_command_works_as_written(clone: Path) -> None:
         time.sleep(0.2)
         server.send_signal(signal.SIGTERM)
         assert server.wait(timeout=15) == 0, "serve exits 0 on SIGTERM"
+
+
+def _layout() -> list[str]:
+    """The paths the README's Layout section names, one a line (continuation lines are indented past the names)."""
+    section = README.read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```", 2)[1]
+    return [line.split()[0] for line in block.splitlines()[1:] if line and not line.startswith(" ")]
+
+
+def test_the_layout_names_every_package_and_only_what_is_there() -> None:
+    named = _layout()
+    assert len(named) > 10, "the Layout section's block is where this test looks"
+    missing = sorted(p for p in named if not (ROOT / p.rstrip("/")).exists())
+    assert missing == [], f"README's Layout names what is not there: {missing}"
+    packages = [p.parent for p in (ROOT / "webhook").rglob("__init__.py")]
+    modules = [m for m in (ROOT / "webhook").glob("*.py") if m.stem != "__init__"]
+    wanted = {f"{p.relative_to(ROOT).as_posix()}/" for p in packages} | {m.relative_to(ROOT).as_posix() for m in modules}
+    # and what is at the top of the repository (not what git ignores, nor the README itself)
+    top = {f"{p.name}/" if p.is_dir() else p.name for p in ROOT.iterdir()
+           if p.name not in {"README.md", ".git", ".gitignore", ".dockerignore"} and p in tracked_tops()}
+    absent = sorted((wanted | top) - set(named))
+    assert absent == [], f"README's Layout does not name: {absent}"
+
+
+def tracked_tops() -> set[Path]:
+    return {ROOT / f.relative_to(ROOT).parts[0] for f in tracked_files()}

@@ -9,7 +9,7 @@ each capability decides from what was measured (``Readings``) and then acts thro
 - ``act(readings, decision, report)`` does it, through the ``KubeActions`` or cgroup files it was handed at
   construction (``Shared``; a dry run logs instead, ``once`` only plans), and puts what it did in the cycle's report.
 
-The order they run in is ``webhook.agent.cycle.ORDER``; docs/architecture.md, "Adding a capability".
+The order they run in is ``Agent.order`` (``webhook/agent/cycle.py``); docs/architecture.md, "Adding a capability".
 """
 
 from __future__ import annotations
