@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from harness.apiserver import load_exchange
@@ -56,7 +58,7 @@ def be(cpu: float | None, mem: float | None) -> PodLoad:
                                                        node_memory=0, pods=[], cpu_percent=65, memory_percent=65),
      650, 650),
 ])
-def test_batch_allocatable(name: str, args: dict, cpu: int, memory: int) -> None:
+def test_batch_allocatable(name: str, args: dict[str, Any], cpu: int, memory: int) -> None:
     r = batch_allocatable(**args)
     assert (r.cpu_milli, r.memory) == (cpu, memory)
     assert isinstance(r.cpu_milli, int) and isinstance(r.memory, int)
@@ -74,7 +76,7 @@ ZERO_CASES = [
 
 
 @pytest.mark.parametrize("name,args,reasons", ZERO_CASES, ids=[c[0] for c in ZERO_CASES])
-def test_a_zero_says_why(name: str, args: dict, reasons: tuple[str, ...]) -> None:
+def test_a_zero_says_why(name: str, args: dict[str, Any], reasons: tuple[str, ...]) -> None:
     base = dict(alloc_cpu_milli=8000, alloc_memory=32 * GI, node_cpu_milli=0, node_memory=0, pods=[],
                 cpu_percent=65, memory_percent=65)
     r = batch_allocatable(**{**base, **args})
@@ -105,7 +107,8 @@ def test_batch_units_published_as_integers() -> None:
     # 50 cores -> batch-cpu 50000 (milli-cores), 50 GiB -> batch-memory 53687091200 (bytes).
     r = batch_allocatable(100000, 100 * GI, 0, 0, [], 50, 50)
     assert r.resources() == {BATCH_CPU: 50000, BATCH_MEMORY: 53687091200}
-    assert status_patch(r.resources())["status"]["allocatable"] == {BATCH_CPU: "50000", BATCH_MEMORY: "53687091200"}
+    published = {BATCH_CPU: "50000", BATCH_MEMORY: "53687091200"}
+    assert status_patch(r.resources()) == {"status": {"capacity": published, "allocatable": published}}
 
 
 def test_status_patch_bodies_match_recorded_requests() -> None:
@@ -127,7 +130,7 @@ def test_status_patch_bodies_match_recorded_requests() -> None:
     ("remove when present", {BATCH_CPU: 100}, None, 0, 1, True),
     ("remove when absent", {}, None, 0, 1, False),
 ])
-def test_needs_update(name: str, current: dict, wanted: dict | None, last: float | None, now: float, expected: bool) -> None:
+def test_needs_update(name: str, current: dict[str, Any], wanted: dict[str, Any] | None, last: float | None, now: float, expected: bool) -> None:
     assert needs_update(current, wanted, last, now, 0.1, 300) is expected
 
 
@@ -150,13 +153,13 @@ def test_degrade_after_15_minutes(last: float | None, now: float, expected: bool
 
 
 # -- today's pod API: a BE pod's sandbox overhead, pod-level resources, native sidecars (issue 27 §3) ----------
-def _pod(name: str, be: bool, containers: list[dict], init: list[dict] | None = None, **spec: object) -> dict:
+def _pod(name: str, be: bool, containers: list[dict[str, Any]], init: list[dict[str, Any]] | None = None, **spec: object) -> dict[str, Any]:
     labels = {"koordinator.sh/qosClass": "BE"} if be else {}
     return {"metadata": {"name": name, "uid": name, "labels": labels},
             "spec": {"containers": containers, "initContainers": init or [], **spec}}
 
 
-def _c(name: str, requests: dict | None = None, limits: dict | None = None, **extra: object) -> dict:
+def _c(name: str, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: object) -> dict[str, Any]:
     return {"name": name, "resources": {k: v for k, v in (("requests", requests), ("limits", limits)) if v}, **extra}
 
 
@@ -175,7 +178,7 @@ HP_SIDECAR_POD_LEVEL = _pod("hp", False, [_c("app", {"cpu": "1"})], [_c("proxy",
     ("a non-BE pod's sidecar and pod-level request", [HP_SIDECAR_POD_LEVEL], "usage", 5200 - 1500,
      int(32 * GI * 0.65) - 2 * GI),
 ])
-def test_batch_allocatable_reads_todays_pod_api(name: str, pods: list[dict], policy: str, cpu: int,
+def test_batch_allocatable_reads_todays_pod_api(name: str, pods: list[dict[str, Any]], policy: str, cpu: int,
                                                 memory: int) -> None:
     views = [pod_view(p) for p in pods]
     loads = [PodLoad(v.be, None, None, v.cpu_request_milli, v.memory_request, v.overhead_cpu_milli,

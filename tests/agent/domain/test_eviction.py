@@ -13,6 +13,8 @@ from webhook.agent.domain.eviction import (
     KUBELET_EVICTED,
     Candidate,
     EvictionMemory,
+    Task,
+    Victim,
     build_tasks,
     candidates,
     rank_kubelet,
@@ -32,7 +34,8 @@ def pod(name: str, uid: str, *, qos: str | None = "BE", priority: int | None = 5
     container: dict[str, Any] = {"name": "c"}
     if memory_request:
         container["resources"] = {"requests": {"memory": memory_request}}
-    p = {"metadata": {"name": name, "namespace": ns, "uid": uid, "labels": labels, "annotations": annotations},
+    p: dict[str, Any] = {"metadata": {"name": name, "namespace": ns, "uid": uid, "labels": labels,
+                                      "annotations": annotations},
          "spec": {"containers": [container]}, "status": {"phase": "Running"}}
     if priority is not None:
         p["spec"]["priority"] = priority
@@ -76,7 +79,7 @@ def test_rank_kubelet(name: str, cands: list[Candidate], expected: list[str]) ->
     assert [c.name for c in rank_kubelet(cands)] == expected
 
 
-def _tasks(cands: list[Candidate], capacity: int, used: int, threshold: int = 70, lower: int = 68):
+def _tasks(cands: list[Candidate], capacity: int, used: int, threshold: int = 70, lower: int = 68) -> list[Task]:
     obs = {MEMORY_AVAILABLE: Observation(capacity - used, capacity)}
     return build_tasks([watermark_threshold(threshold, lower)], obs, cands, "colo-node-1")
 
@@ -107,9 +110,9 @@ def test_429_moves_to_next_candidate_and_counts_nothing() -> None:
     tasks = _tasks(cands, 100 * GI, 70 * GI)
     tried: list[str] = []
 
-    def try_evict(v) -> bool:
+    def try_evict(v: Victim) -> bool:
         tried.append(v.candidate.name)
-        return v.candidate.name != "protected"
+        return bool(v.candidate.name != "protected")
 
     victims, _ = select_victims(tasks, EvictionMemory(), 0.0, try_evict)
     assert tried == ["protected", "ok"] and [v.candidate.name for v in victims] == ["ok"]
@@ -170,6 +173,10 @@ def test_releasing_pods_are_credited_before_new_victims() -> None:
     # a (ranked first) is refused; b, evicted earlier, already covers the need: nothing new is tried.
     cands = [cand("a", 3 * GI, 3000), cand("b", 3 * GI)]
     tried: list[str] = []
-    victims, _ = select_victims(_tasks(cands, 100 * GI, 70 * GI), EvictionMemory(None, {"uid-b": 0.0}), 10.0,
-                                lambda v: tried.append(v.candidate.name) or True)
+
+    def note(v: Victim) -> bool:
+        tried.append(v.candidate.name)
+        return True
+
+    victims, _ = select_victims(_tasks(cands, 100 * GI, 70 * GI), EvictionMemory(None, {"uid-b": 0.0}), 10.0, note)
     assert victims == [] and tried == []

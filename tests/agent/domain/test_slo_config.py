@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -10,6 +11,7 @@ from harness.apiserver import load_exchange
 from webhook.agent.domain.slo_config import (
     Colocation,
     ConfigTracker,
+    KeyNotice,
     MemoryEvict,
     SloConfigError,
     key_notices,
@@ -76,7 +78,7 @@ def test_recorded_configmap() -> None:
     ("empty values mean defaults", {"colocation-config": "", "resource-threshold-config": "  "}, {}, {"enable": False},
      MemoryEvict()),
 ])
-def test_for_node(name: str, data: dict, labels: dict, colo_fields: dict, mem: MemoryEvict) -> None:
+def test_for_node(name: str, data: dict[str, Any], labels: dict[str, Any], colo_fields: dict[str, Any], mem: MemoryEvict) -> None:
     colo, got_mem = parse_slo_config(data).for_node(labels)
     for k, v in colo_fields.items():
         assert getattr(colo, k) == v, k
@@ -114,7 +116,7 @@ def test_for_node(name: str, data: dict, labels: dict, colo_fields: dict, mem: M
     ("lower without threshold above default", cm(threshold={"clusterStrategy": {"memoryEvictLowerPercent": 75}}),
      "resource-threshold-config: clusterStrategy.memoryEvictLowerPercent (75) must be less than memoryEvictThresholdPercent (70)"),
 ])
-def test_invalid(name: str, data: dict, error: str) -> None:
+def test_invalid(name: str, data: dict[str, Any], error: str) -> None:
     with pytest.raises(SloConfigError) as exc:
         parse_slo_config(data)
     assert str(exc.value) == error
@@ -174,7 +176,7 @@ NODE_SELECTOR = {"matchLabels": {"pool": "x"}}
     ("in an invalid config too", cm({"enable": "yes", "enabel": True}),
      ['colocation-config: unknown key "enabel" is ignored, did you mean "enable"?']),
 ])
-def test_unknown_keys_are_warned_with_the_nearest_known_key(name: str, data: dict, warnings: list[str]) -> None:
+def test_unknown_keys_are_warned_with_the_nearest_known_key(name: str, data: dict[str, Any], warnings: list[str]) -> None:
     notices = key_notices(data)
     assert [str(n) for n in notices if not n.koordinator] == warnings
 
@@ -208,7 +210,8 @@ def test_tracker_tells_each_key_notice_once() -> None:
     assert t.update(cm({"enable": True}, typo)) is None and t.fresh == ()      # the same typo: told once
     assert t.notices == (first,)
     assert t.update(cm({"enabel": True}, typo)) is None
-    assert [n.key for n in t.fresh] == ["enabel"] and len(t.notices) == 2
+    fresh: tuple[KeyNotice, ...] = t.fresh   # (not the empty tuple the asserts above narrowed it to)
+    assert [n.key for n in fresh] == ["enabel"] and len(t.notices) == 2
     assert t.update(cm({"enable": True})) is None and t.notices == () and t.fresh == ()
     assert t.update(cm(threshold=typo)) is None and t.fresh == (first,)        # back again: told again
 

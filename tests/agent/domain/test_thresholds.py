@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ GI, MI = 2**30, 2**20
     ("min reclaim negative", dict(minimum_reclaim="memory.available=-1Mi"), "negative eviction minimum reclaim specified for memory.available"),
     ("min reclaim signal", dict(minimum_reclaim="memory.free=1Mi"), "unsupported eviction signal memory.free"),
 ])
-def test_parse_errors_are_the_kubelets(name: str, flags: dict, error: str) -> None:
+def test_parse_errors_are_the_kubelets(name: str, flags: dict[str, Any], error: str) -> None:
     with pytest.raises(ThresholdError) as exc:
         parse_thresholds(**flags)
     assert str(exc.value) == error
@@ -57,7 +58,7 @@ def test_parse_errors_are_the_kubelets(name: str, flags: dict, error: str) -> No
     # pflag's own text already names its flag: no second prefix
     (dict(hard="memory.available"), 'invalid argument "memory.available" for "--eviction-hard" flag'),
 ])
-def test_errors_name_their_flag(flags: dict, shown: str) -> None:
+def test_errors_name_their_flag(flags: dict[str, Any], shown: str) -> None:
     with pytest.raises(ThresholdError) as exc:
         parse_thresholds(**flags)
     assert exc.value.with_flag().startswith(shown)
