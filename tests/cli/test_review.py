@@ -66,3 +66,25 @@ def test_a_pod_with_anchors_reviews_as_written_out(tmp_path: Path, capsys: pytes
         code = main(["review", str(path), "--output", "patch"])
         answers.append((code, *capsys.readouterr()))
     assert answers[0] == answers[1] and answers[0][0] in (0, 1) and answers[0][1], answers[0]
+
+
+def test_a_profile_no_rule_can_apply_is_named_and_the_rest_of_the_state_serves(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture) -> None:
+    """An exported cluster holding a profile the apiserver stores but no rule can apply reviews as the webhook
+    serving that cluster answers (docs/cluster-state.md, "A profile no rule can apply"), not a refused state."""
+    from webhook.cluster.sources import example_folder
+
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "state.yaml").write_text((example_folder() / "state.yaml").read_text())
+    (state / "empty-in.yaml").write_text(
+        "apiVersion: config.koordinator.sh/v1alpha1\nkind: ClusterColocationProfile\nmetadata: {name: colo-empty}\n"
+        "spec:\n  selector:\n    matchExpressions: [{key: tier, operator: In, values: []}]\n  qosClass: BE\n")
+    pod = Path(__file__).resolve().parents[2] / "examples" / "pod-koord-batch.yaml"
+    assert main(["review", "--cluster-state", str(state), str(pod)]) == 0
+    out, err = capsys.readouterr()
+    why = "selector.matchExpressions[0].values: Required value: must be specified when `operator` is 'In' or 'NotIn'"
+    assert [r.getMessage() for r in caplog.records if r.levelname == "WARNING"] == [
+        f"{state / 'empty-in.yaml'}:6: ClusterColocationProfile colo-empty: {why}; not applied until it is fixed"]
+    assert err.splitlines()[0] == f"Warning: colocation profile colo-empty ignored: {why}"
+    assert "koordinator.sh/qosClass: BE" in out   # the example's own profile applied
