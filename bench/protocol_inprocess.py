@@ -114,7 +114,7 @@ def main() -> int:
     args, body, state = review_and_state(__doc__)
     server = create_server(state)
     assert isinstance(server.asgi, ReviewDispatcher)
-    ours = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle, server.asgi.gate)
+    ours = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle, server.asgi.entry)
     print(f"review: {args.review.name} ({len(body)} bytes); µs of CPU per request through the HTTP protocol, "
           "best of 5 batches")
     for path in ("/mutate", "/validate"):
