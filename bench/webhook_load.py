@@ -40,7 +40,8 @@ local f = io.open("{body}", "rb"); wrk.body = f:read("*a"); f:close()
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def wait_ready(url: str, ca: Path, timeout: float = 30, path: str = "/healthz") -> None:

@@ -28,7 +28,8 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @dataclass
@@ -81,7 +82,7 @@ def run_server(state: ClusterState, cert_dir: Path, settings: chain.Settings | N
     server = AdmissionServer(create_server(state, settings, policy=policy, openapi=openapi, middleware=middleware),
                              options, certs.cert, certs.key, client_ca, watch_certs=False)
     if keep_alive is not None:  # uvicorn's --timeout-keep-alive (5 s), which each connection reads as it opens
-        server.config.timeout_keep_alive = keep_alive
+        server.config.timeout_keep_alive = keep_alive  # type: ignore[assignment]  # uvicorn's hint is int; it waits a float as well
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

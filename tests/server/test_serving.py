@@ -7,6 +7,7 @@ import json
 import re
 import ssl
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +20,7 @@ from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
 RECORDED = sorted(p.name for p in (FIXTURES / "admission").glob("v1*-*.json") if not p.name.endswith(".http.json"))
 
 
-def post(srv: Server, path: str, body: bytes | dict, **kw) -> httpx.Response:  # type: ignore[no-untyped-def]
+def post(srv: Server, path: str, body: bytes | dict[str, Any], **kw: Any) -> httpx.Response:
     data = body if isinstance(body, bytes) else json.dumps(body).encode()
     with srv.client() as c:
         return c.post(path, content=data, headers={"Content-Type": "application/json"}, **kw)
@@ -237,4 +238,5 @@ def test_tls_is_required_and_verified(server: Server) -> None:
         httpx.get(plain + "/healthz", timeout=3)
     with pytest.raises(httpx.ConnectError):
         httpx.get(server.url + "/healthz", verify=ssl.create_default_context(), timeout=3)
+    assert server.server.config.ssl is not None
     assert server.server.config.ssl.minimum_version == ssl.TLSVersion.TLSv1_2
