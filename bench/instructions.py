@@ -4,9 +4,11 @@
 Wall-clock figures here swing by ±20 % with whatever else runs; instruction counts repeat within 0.1 %.
 Each endpoint runs twice under callgrind, once with only the warm-up and once with N more reviews, and the
 difference over N is printed. Give another checkout of the project with --tree to compare two commits back to
-back (the same Python and libraries run both):
+back (the same Python and libraries run both). ``--edge`` counts a whole HTTP request instead: its bytes handed to
+``serve``'s protocol (webhook.server.serving) on an in-memory transport, answered on the inline path, so the edge
+(the parser's callbacks, the entry, the gate, its metrics, the one write) counts too:
 
-    python bench/instructions.py [--tree DIR] [--reviews 200]     (needs valgrind: apt-get install valgrind)
+    python bench/instructions.py [--tree DIR] [--reviews 200] [--edge]     (needs valgrind: apt-get install valgrind)
 """
 
 from __future__ import annotations
@@ -41,11 +43,47 @@ def review():
 for _ in range(50 + int(sys.argv[4])):
     review()
 """
+# A whole request on a kept-alive connection, through serve's protocol: answered from the parser's callbacks, in
+# line, so no event loop needs to run.
+EDGE_WORKLOAD = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import asyncio
+import uvicorn
+from uvicorn.server import ServerState
+from harness.transport import Transport
+from webhook.cluster.files import FilesSource
+from webhook.cluster.sources import example_folder
+from webhook.cluster.state import WEBHOOK_KINDS, ClusterState
+from webhook.server.app import create_server
+from webhook.server.serving import GuardedProtocol, ServeOptions
+body = open(sys.argv[1] + "/" + sys.argv[2], "rb").read()
+state = ClusterState(WEBHOOK_KINDS)
+FilesSource(example_folder(), state).load()
+server = create_server(state)
+# the review entry the protocol answers through (a tree from before it: the gate)
+entry = getattr(server.asgi, "entry", None) or server.asgi.gate
+protocol_class = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle, entry)
+config = uvicorn.Config(server.asgi, http=protocol_class, log_config=None, access_log=False, lifespan="off",
+                        server_header=False)
+config.load()
+asyncio.set_event_loop(asyncio.new_event_loop())
+protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
+transport = Transport()
+protocol.connection_made(transport)
+data = (f"POST /{sys.argv[3]}?timeout=10s HTTP/1.1\\r\\nHost: localhost\\r\\nContent-Type: application/json\\r\\n"
+        f"Accept: application/json, */*\\r\\nUser-Agent: kube-apiserver-admission\\r\\n"
+        f"Content-Length: {len(body)}\\r\\n\\r\\n").encode() + body
+for _ in range(50 + int(sys.argv[4])):
+    protocol.data_received(data)
+    assert transport.written[-1].endswith(b"}"), transport.written[-1][:200]
+    transport.written.clear()
+"""
 
 
-def _count(tree: Path, endpoint: str, reviews: int, work: Path) -> int:
+def _count(tree: Path, endpoint: str, reviews: int, work: Path, edge: bool = False) -> int:
     script = work / "workload.py"
-    script.write_text(WORKLOAD)
+    script.write_text(EDGE_WORKLOAD if edge else WORKLOAD)
     # Once without valgrind first: a module edited since its last import is compiled to bytecode on the way,
     # which would count in whichever run comes first.
     subprocess.run([sys.executable, str(script), str(tree), REVIEW, endpoint, "0"], check=True)
@@ -63,12 +101,13 @@ def main() -> int:
     ap.add_argument("--tree", type=Path, action="append", default=[],
                     help="another checkout to count too (repeatable); this one is always counted")
     ap.add_argument("--reviews", type=int, default=200)
+    ap.add_argument("--edge", action="store_true", help="a whole HTTP request through serve's protocol, in line")
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         raise SystemExit("valgrind is not installed: apt-get install valgrind")
     trees = [ROOT, *(t.resolve() for t in args.tree)]
-    print(f"review: {REVIEW}; instructions per review (decode, chain, encode), {args.reviews} reviews "
-          "after 50 warm-up ones")
+    what = "a whole HTTP request through serve's protocol, in line" if args.edge else "decode, chain, encode"
+    print(f"review: {REVIEW}; instructions per review ({what}), {args.reviews} reviews after 50 warm-up ones")
     print(f"  {'tree':<40}{'mutate':>12}{'validate':>12}")
     with tempfile.TemporaryDirectory() as tmp:
         for tree in trees:
@@ -76,8 +115,8 @@ def main() -> int:
             for endpoint in ("mutate", "validate"):
                 # The least of two runs each: a first run can pay a one-off cost (a cold cache of the interpreter's
                 # or the file system's) that the count would otherwise blame on the reviews or hide.
-                base = min(_count(tree, endpoint, 0, Path(tmp)) for _ in range(2))
-                full = min(_count(tree, endpoint, args.reviews, Path(tmp)) for _ in range(2))
+                base = min(_count(tree, endpoint, 0, Path(tmp), args.edge) for _ in range(2))
+                full = min(_count(tree, endpoint, args.reviews, Path(tmp), args.edge) for _ in range(2))
                 figures.append((full - base) / args.reviews)
             print(f"  {tree!s:<40}{figures[0]:12,.0f}{figures[1]:12,.0f}")
     return 0

@@ -34,6 +34,7 @@ from uvicorn.server import ServerState  # noqa: E402
 from bench.asgi_inprocess import best_per_call, review_and_state  # noqa: E402
 from bench.echo_app import app as echo  # noqa: E402
 from harness.transport import Transport  # noqa: E402
+from webhook.admission.review import Endpoint  # noqa: E402
 from webhook.server.app import create_server  # noqa: E402
 from webhook.server.asgi import ReviewDispatcher  # noqa: E402
 from webhook.server.service import Answer  # noqa: E402
@@ -93,7 +94,9 @@ async def measure(protocol_class: type[HttpToolsProtocol] | Callable[[], asyncio
         config.load()
         protocol: asyncio.Protocol = protocol_class(config=config, server_state=ServerState(), app_state={})
     else:
-        protocol = protocol_class()
+        made = protocol_class()
+        assert isinstance(made, asyncio.Protocol)
+        protocol = made
     transport = Transport()
     protocol.connection_made(transport)
     data = request(path, body)
@@ -114,7 +117,7 @@ def main() -> int:
     args, body, state = review_and_state(__doc__)
     server = create_server(state)
     assert isinstance(server.asgi, ReviewDispatcher)
-    ours = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle, server.asgi.gate)
+    ours = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle, server.asgi.entry)
     print(f"review: {args.review.name} ({len(body)} bytes); µs of CPU per request through the HTTP protocol, "
           "best of 5 batches")
     for path in ("/mutate", "/validate"):
@@ -125,7 +128,10 @@ def main() -> int:
     review = orjson.loads(body)  # the echo's answer
     stubbed = Answer(200, orjson.dumps({"apiVersion": review["apiVersion"], "kind": "AdmissionReview",
                                         "response": {"uid": review["request"]["uid"], "allowed": True}}))
-    server.service.answer = lambda endpoint, body: stubbed  # type: ignore[method-assign]  # the edge alone
+    def stubbed_answer(endpoint: Endpoint, body: bytes, explain: list[str] | None = None) -> Answer:
+        return stubbed
+
+    server.service.answer = stubbed_answer  # type: ignore[method-assign]  # the edge alone
     print("the edge alone, the review service's answer stubbed to a constant:")
     for name, make in (("serve", ours), ("bare", lambda: BareProtocol(stubbed.body))):
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:

@@ -83,8 +83,7 @@ def run_server(state: ClusterState, cert_dir: Path, settings: chain.Settings | N
     server = AdmissionServer(create_server(state, settings, policy=policy, openapi=openapi, middleware=middleware),
                              options, certs.cert, certs.key, client_ca, watch_certs=False)
     if keep_alive is not None:  # uvicorn's --timeout-keep-alive (5 s), which each connection reads as it opens
-        # uvicorn's Config says int; it only hands the value to loop.call_later, which takes seconds as a float
-        server.config.timeout_keep_alive = keep_alive  # type: ignore[assignment]  # uvicorn types it int
+        server.config.timeout_keep_alive = keep_alive  # type: ignore[assignment]  # uvicorn's hint is int; it waits a float as well
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10

@@ -12,8 +12,8 @@ import pytest
 
 from harness.kernel import real_cgroup_root, v1_unavailable_reason
 from tests.conftest import load_fixture
-from tests.server.test_serving_limits import REVIEW, big_review, head, read_response, tls
-from tests.serving import run_server
+from tests.server.test_serving_limits import REVIEW, big_review, head, read_response
+from tests.serving import run_server, tls
 from webhook.cluster.state import ClusterState
 from webhook.server.asgi import EdgePolicy
 from webhook.server.memory import MemoryCgroup, this_process

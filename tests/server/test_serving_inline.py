@@ -278,7 +278,7 @@ def test_a_client_that_reads_no_answers_is_read_no_further_until_it_does(example
         server = create_server(example_state)
         assert isinstance(server.asgi, ReviewDispatcher)
         protocol_class = GuardedProtocol.limits(ServeOptions(), server.service.metrics, server.lifecycle,
-                                                server.asgi.gate)
+                                                server.asgi.entry)
         config = uvicorn.Config(server.asgi, http=protocol_class, log_config=None, lifespan="off")
         config.load()
         protocol = protocol_class(config=config, server_state=ServerState(), app_state={})

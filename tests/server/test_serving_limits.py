@@ -17,6 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from tests.conftest import load_fixture
 from tests.serving import Server, run_server, tls
 from webhook.admission import chain
 from webhook.admission.context import Settings
-from webhook.admission.review import review_from_dict
+from webhook.admission.review import Endpoint, review_from_dict
 from webhook.admission.rules.mutating import batch_resources
 from webhook.cluster.state import ClusterState
 from webhook.server.asgi import EdgePolicy
@@ -74,8 +75,8 @@ def closed_within(sock: ssl.SSLSocket, seconds: float) -> float:
     return time.monotonic() - start
 
 
-def big_review(extra_bytes: int) -> dict:  # type: ignore[type-arg]
-    review = load_fixture(REVIEW)
+def big_review(extra_bytes: int) -> dict[str, Any]:
+    review: dict[str, Any] = load_fixture(REVIEW)
     review["request"]["object"]["metadata"].setdefault("annotations", {})["padding"] = "x" * extra_bytes
     return review
 
@@ -191,8 +192,8 @@ def test_headers_past_64_kib_get_431(server: Server) -> None:
 
 
 # -- the work caps --------------------------------------------------------------------------------------
-def _with_containers(n: int) -> dict:  # type: ignore[type-arg]
-    review = load_fixture(REVIEW)
+def _with_containers(n: int) -> dict[str, Any]:
+    review: dict[str, Any] = load_fixture(REVIEW)
     spec = review["request"]["object"]["spec"]
     spec["containers"] = [dict(spec["containers"][0], name=f"c{i}") for i in range(n - len(spec["initContainers"]))]
     return review
@@ -235,7 +236,7 @@ def test_the_default_cap_refuses_the_issues_hostile_pod_over_https(server: Serve
 # -- large reviews, answered in the worker thread -----------------------------------------------------------
 @pytest.mark.parametrize("endpoint", ["mutate", "validate"])
 def test_a_large_review_gets_the_same_answer_as_in_process(server: Server, example_state: ClusterState,
-                                                           endpoint: str) -> None:
+                                                           endpoint: Endpoint) -> None:
     body = json.dumps(big_review(200_000)).encode()
     expected = ReviewService(example_state).answer(endpoint, body)
     with server.client() as c:
@@ -289,4 +290,5 @@ def test_a_large_review_leaves_the_process_settings_as_they_were(server: Server)
     before = (gc.isenabled(), sys.getswitchinterval())
     with server.client() as c:
         assert c.post("/mutate", content=json.dumps(big_review(200_000))).status_code == 200
-    assert (gc.isenabled(), sys.getswitchinterval()) == before == (True, pytest.approx(0.005))
+    assert (gc.isenabled(), sys.getswitchinterval()) == before
+    assert before[0] and before[1] == pytest.approx(0.005)

@@ -1,6 +1,10 @@
-"""The FastAPI app (/healthz, /readyz, and the review routes for OpenAPI and mounted use), ``create_server``, which
-puts the review dispatcher in front of it (what ``serve`` runs on the admission port), and ``metrics_app``, what
-the metrics port serves. The review routes and the dispatcher share one ``ReviewGate``."""
+"""The FastAPI app (/healthz, /readyz, and the OpenAPI schema and page), ``create_server``, which puts the review
+dispatcher and its one entry (``ReviewEntry``) in front of it (what ``serve`` runs on the admission port), and
+``metrics_app``, what the metrics port serves.
+
+The app has no review route: every review comes in by the one entry (``webhook.server.asgi``), so an app mounted
+elsewhere answers none. The OpenAPI schema still describes POST /mutate and /validate, registered in the schema
+alone, with the request's schema made from the Structs that decode it."""
 
 from __future__ import annotations
 
@@ -18,7 +22,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from webhook import __version__
 from webhook.admission.context import Settings
-from webhook.admission.review import AdmissionReview, Endpoint
+from webhook.admission.review import AdmissionReview
 from webhook.cluster.freshness import STALE
 from webhook.cluster.state import ClusterState
 from webhook.server.asgi import (
@@ -26,12 +30,11 @@ from webhook.server.asgi import (
     EdgePolicy,
     Lifecycle,
     Middleware,
-    Receive,
     ReviewDispatcher,
+    ReviewEntry,
     ReviewGate,
     Scope,
     Send,
-    review_over_asgi,
 )
 from webhook.server.service import INTERNAL_ERROR, ReviewService, error_body
 
@@ -46,49 +49,34 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 # The review's schema, from the Structs that decode it: AdmissionReview and the types it names.
 _REVIEW_SCHEMAS = msgspec.json.schema_components([AdmissionReview], ref_template="#/components/schemas/{name}")[1]
-_REVIEW_BODY = {"required": True, "content": {JSON: {"schema": {"$ref": "#/components/schemas/AdmissionReview"}}}}
-_REVIEW_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"description": "AdmissionReview with the response", "content": {JSON: {}}},
-    400: {"description": "The body is not a usable AdmissionReview", "content": {JSON: {}}},
-    413: {"description": "The body is larger than 3 MiB", "content": {JSON: {}}},
+_REVIEW_BODY = {"content": {JSON: {"schema": {"$ref": "#/components/schemas/AdmissionReview"}}}, "required": True}
+_REVIEW_RESPONSES: dict[str, dict[str, Any]] = {
+    "200": {"description": "AdmissionReview with the response", "content": {JSON: {"schema": {}}}},
+    "400": {"description": "The body is not a usable AdmissionReview", "content": {JSON: {}}},
+    "413": {"description": "The body is larger than 3 MiB", "content": {JSON: {}}},
+}
+# POST /mutate and /validate as the schema describes them, in the words FastAPI gave the routes they once were
+# (summary, operationId): the entry answers them, and no route of the app could.
+_REVIEW_OPERATIONS = {
+    "/mutate": ("Mutate", "Mutating admission: colocation profiles, priority resolution, batch resources."),
+    "/validate": ("Validate", "Validating admission: batch resource rules, Koordinator rules, PriorityClass quota "
+                              "presence."),
 }
 
 
-class _ReviewResponse(Response):
-    """A review route's answer, given as the dispatcher gives it (``review_over_asgi``, through the same gate):
-    FastAPI sends a Response a route returns by calling it as an ASGI app, and the route has not read the body."""
-
-    def __init__(self, gate: ReviewGate, path: str, endpoint: Endpoint) -> None:
-        super().__init__()
-        self.gate, self.path, self.endpoint = gate, path, endpoint
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await review_over_asgi(self.gate, self.path, self.endpoint, scope, receive, send)
+def _review_paths() -> dict[str, Any]:
+    return {path: {"post": {"summary": summary, "description": description,
+                            "operationId": f"{path[1:]}_{path[1:]}_post", "requestBody": _REVIEW_BODY,
+                            "responses": _REVIEW_RESPONSES}}
+            for path, (summary, description) in _REVIEW_OPERATIONS.items()}
 
 
-def create_app(state: ClusterState, settings: Settings | None = None,
-               service: ReviewService | None = None, openapi: bool = False,
-               lifecycle: Lifecycle | None = None, gate: ReviewGate | None = None) -> FastAPI:
+def create_app(state: ClusterState, openapi: bool = False, lifecycle: Lifecycle | None = None) -> FastAPI:
     """``openapi``: serve /openapi.json and /docs (``serve --openapi``); off by default, they tell a caller
-    everything about the server and nothing the apiserver needs. ``lifecycle``: /readyz is 503 while it drains.
-    ``gate``: the one the dispatcher in front uses (``create_server``); by default one of the app's own."""
-    service = gate.service if gate is not None else service or ReviewService(state, settings)
-    reviews = gate or ReviewGate(service)
+    everything about the server and nothing the apiserver needs. ``lifecycle``: /readyz is 503 while it drains."""
     life = lifecycle or Lifecycle()
     app = FastAPI(title="colocation-webhook", version=__version__, redoc_url=None,
                   openapi_url="/openapi.json" if openapi else None, docs_url="/docs" if openapi else None)
-    app.state.service = service
-
-    # Reached when the dispatcher is not in front, e.g. this app mounted under a path prefix: the same gate.
-    @app.post("/mutate", openapi_extra={"requestBody": _REVIEW_BODY}, responses=_REVIEW_RESPONSES)
-    async def mutate() -> Response:
-        """Mutating admission: colocation profiles, priority resolution, batch resources."""
-        return _ReviewResponse(reviews, "/mutate", "mutate")
-
-    @app.post("/validate", openapi_extra={"requestBody": _REVIEW_BODY}, responses=_REVIEW_RESPONSES)
-    async def validate() -> Response:
-        """Validating admission: batch resource rules, Koordinator rules, PriorityClass quota presence."""
-        return _ReviewResponse(reviews, "/validate", "validate")
 
     @app.get("/healthz", response_class=PlainTextResponse)
     async def healthz() -> str:
@@ -127,11 +115,12 @@ def create_app(state: ClusterState, settings: Settings | None = None,
         return _error(500, INTERNAL_ERROR)
 
     def openapi_schema() -> dict[str, Any]:
-        # The review routes read the raw body for speed, so their schema is registered by hand.
+        # The reviews are the entry's, not routes of this app: their paths are registered in the schema by hand.
         if app.openapi_schema is None:
             from fastapi.openapi.utils import get_openapi
 
             schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schema["paths"] = {**_review_paths(), **schema.get("paths", {})}
             schemas = schema.setdefault("components", {}).setdefault("schemas", {})
             schemas.update(_REVIEW_SCHEMAS)
             app.openapi_schema = schema
@@ -155,12 +144,12 @@ class WebhookServer:
 
 def create_server(state: ClusterState, settings: Settings | None = None, middleware: Sequence[Middleware] = (),
                   policy: EdgePolicy | None = None, openapi: bool = False) -> WebhookServer:
-    """The review service, the FastAPI app, and the dispatcher in front; ``middleware`` wraps the dispatcher
-    (the first listed outermost), so it sees review requests too."""
+    """The review service, the one entry to it, the FastAPI app, and the dispatcher in front; ``middleware`` wraps
+    the dispatcher (the first listed outermost), so it sees review requests too."""
     gate = ReviewGate(ReviewService(state, settings), policy)
     lifecycle = Lifecycle()
-    app = create_app(state, settings, openapi=openapi, lifecycle=lifecycle, gate=gate)
-    asgi: ASGIApp = ReviewDispatcher(gate, app)
+    app = create_app(state, openapi=openapi, lifecycle=lifecycle)
+    asgi: ASGIApp = ReviewDispatcher(ReviewEntry(gate), app)
     for wrap in reversed(middleware):
         asgi = wrap(asgi)
     return WebhookServer(asgi, app, gate.service, metrics_app(gate.service.metrics.registry), lifecycle)

@@ -1,21 +1,28 @@
-"""The HTTP edge of the reviews: the one gate every review comes through, and an outer ASGI dispatcher that hands
-POST /mutate and /validate to it and everything else to the FastAPI app.
+"""The HTTP edge of the reviews: the one entry every review comes in by (``ReviewEntry``), the gate behind it that
+holds the edge's policy, and the outermost ASGI app (``ReviewDispatcher``) that hands reviews to the entry and
+everything else to the FastAPI app.
 
-``ReviewGate`` is the one way in: the serving protocol's inline path (``webhook.server.serving``), the ASGI
-dispatcher and the FastAPI review routes (when the app is mounted without the dispatcher) call it, and only it
-holds the edge's policy, the in-flight counts and the metrics of the HTTP edge. It bounds what reviews may cost the
-process (``EdgePolicy``): past ``max_in_flight`` reviews at once, or ``max_large_in_flight`` large ones (a body
-over ``large_body_bytes``), it answers 429 with ``Retry-After`` (Kubernetes' REST client, which the apiserver calls
-webhooks with, waits and retries on that); a review without the client certificate ``--client-ca-file`` asks for
-gets 403, a body over 3 MiB 413. Small reviews are answered in line, where any hand-off would cost more than the
-review. Large ones are answered one at a time in one worker thread (``webhook.server.offload``), so the event
-loop keeps answering /healthz and the small reviews meanwhile.
+``ReviewEntry`` is this server's ``ServeHTTP`` (controller-runtime's pkg/webhook/admission/http.go): the one way
+in. It tells a review from any other request (POST /mutate or /validate; another method on those paths is a 405),
+lets it in through ``ReviewGate`` and answers it. Both ways a review's bytes can come take it and differ only in how
+the bytes arrive and leave: the serving protocol's inline path (``webhook.server.serving``: a small review, from the
+parser's callbacks) and the dispatcher (a large, chunked or ``Expect: 100-continue`` body, a pipelined request, or
+any review under a middleware). The FastAPI app has no review route: an app mounted elsewhere answers no review;
+the server is ``AdmissionServer`` over ``create_server``.
+
+``ReviewGate`` holds the edge's policy, the in-flight counts and the metrics of the HTTP edge, and only the entry
+calls it. It bounds what reviews may cost the process (``EdgePolicy``): past ``max_in_flight`` reviews at once, or
+``max_large_in_flight`` large ones (a body over ``large_body_bytes``), it answers 429 with ``Retry-After``
+(Kubernetes' REST client, which the apiserver calls webhooks with, waits and retries on that); a review without the
+client certificate ``--client-ca-file`` asks for gets 403, a body over 3 MiB 413. Small reviews are answered in
+line, where any hand-off would cost more than the review. Large ones are answered one at a time in one worker
+thread (``webhook.server.offload``), so the event loop keeps answering /healthz and the small reviews meanwhile.
 
 FastAPI's request and routing machinery costs about as much per review as all the rules together; the reviews are
 the hot path, so they skip it. ``ReviewDispatcher`` is the outermost ASGI app ``serve`` runs: **an ASGI middleware
 that must see review requests wraps the dispatcher** (``create_server(..., middleware=[...])``); one added to the
 FastAPI app sees every other path only. With a middleware around the dispatcher, the inline path is off and every
-review comes through the dispatcher's ``__call__``.
+review comes through the dispatcher.
 """
 
 from __future__ import annotations
@@ -91,15 +98,10 @@ async def read_body(receive: Receive) -> bytes | Answer | None:
     return b"".join(chunks)
 
 
-def client_certificate_error(scope: Scope) -> str | None:
+def certificate_error(tls: Mapping[Any, Any] | None) -> str | None:
     """Why the connection's client certificate does not do, when the server asks for one (``--client-ca-file``;
     a certificate that does not verify fails the handshake, so what is left is one not given): the ASGI TLS
-    extension's ``client_cert_error``, which ``webhook.server.serving`` fills in."""
-    return certificate_error(scope.get("extensions", {}).get("tls"))
-
-
-def certificate_error(tls: Mapping[Any, Any] | None) -> str | None:
-    """``client_certificate_error`` of the connection's ASGI TLS extension itself (None on plain HTTP)."""
+    extension's ``client_cert_error``, which ``webhook.server.serving`` fills in (None on plain HTTP)."""
     return tls.get("client_cert_error") if tls else None
 
 
@@ -115,10 +117,9 @@ class Ticket:
 
 
 class ReviewGate:
-    """The one way in for a review, whichever way it came: the serving protocol's inline path, the ASGI
-    dispatcher, the FastAPI routes of a mounted app. The edge's policy (``EdgePolicy``), the in-flight counts and
-    controller-runtime's metrics (in flight, answered by code, latency) live here and only here; the callers
-    carry bytes.
+    """What lets a review in and counts it, behind the one entry (``ReviewEntry``, its only caller). The edge's
+    policy (``EdgePolicy``), the in-flight counts and controller-runtime's metrics (in flight, answered by code,
+    latency) live here and only here.
 
     ``admit`` once the headers are read: a ``Ticket`` (counted in flight) or the refusal to send (counted as
     answered). ``answer`` (in line, a small review) or ``answer_received`` (from a coroutine: any review, a large
@@ -231,36 +232,81 @@ class ReviewGate:
         return _busy(f"{self.large_in_flight} large reviews are in flight, the limit (--max-large-in-flight)")
 
 
-class ReviewDispatcher:
-    """The outermost ASGI app: POST /mutate and /validate through the review gate, straight from ASGI; anything
-    else to ``app``."""
+NOT_ALLOWED = Answer(405, error_body(405, "Method Not Allowed"))  # in the words Starlette gives a route's 405
 
-    def __init__(self, gate: ReviewGate, app: ASGIApp) -> None:
+
+class ReviewEntry:
+    """The one way into the edge for a review, whichever way its bytes come: this server's ``ServeHTTP``
+    (controller-runtime's pkg/webhook/admission/http.go). ``begin`` once a request's headers are read tells a review
+    from any other request and lets it in through the gate (or refuses it); then ``answer`` (its body here, in line)
+    or ``answer_over_asgi`` (its body received and its answer sent over ASGI); ``leave`` for a review let in whose
+    client went away before its body was complete. The callers carry bytes; what to answer is decided here and in
+    the gate."""
+
+    __slots__ = ("gate",)
+
+    def __init__(self, gate: ReviewGate) -> None:
         self.gate = gate
+
+    def begin(self, method: str, path: str, tls: Mapping[Any, Any] | None, length: int | None,
+              inline: bool = False) -> Ticket | Answer | None:
+        """A request whose headers are read: None when it is no review (another path: not the entry's), else the
+        review's ticket, or the answer that refuses it before its body is read (another method than POST; what the
+        gate refuses). ``tls``: the connection's ASGI TLS extension (None on plain HTTP); ``length``: the
+        Content-Length, when given. ``inline``: the caller can only answer in line, so a review that needs a
+        coroutine (a body of unknown length, or a large one, for the offload) is None too."""
+        endpoint = REVIEW_PATHS.get(path)
+        if endpoint is None:
+            return None
+        if method != "POST":
+            return NOT_ALLOWED
+        gate = self.gate
+        if inline and not gate.inline_size(length):
+            return None
+        return gate.admit(path, endpoint, certificate_error(tls), length)
+
+    def answer(self, ticket: Ticket, body: bytes) -> Answer:
+        """The answer to a small review let in (``begin(..., inline=True)``) whose body has arrived, here and now;
+        counted, and the review is over. Never raises."""
+        gate = self.gate
+        try:
+            return gate.answer(ticket, body)
+        finally:
+            gate.leave(ticket)
+
+    async def answer_over_asgi(self, ticket: Ticket, receive: Receive, send: Send) -> None:
+        """A review let in: its body read from ASGI, answered (a large one through the offload) and sent."""
+        gate = self.gate
+        try:
+            answer = await gate.answer_received(ticket, receive)
+            if answer is not None:  # None: the client went away
+                await _send(send, answer)
+        finally:  # after the answer went out: its buffers are free too
+            gate.leave(ticket)
+
+    def leave(self, ticket: Ticket) -> None:
+        """A review let in whose client went away before its body was complete."""
+        self.gate.leave(ticket)
+
+
+class ReviewDispatcher:
+    """The outermost ASGI app: a review through the one entry, straight from ASGI; any other request to ``app``."""
+
+    def __init__(self, entry: ReviewEntry, app: ASGIApp) -> None:
+        self.entry = entry
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        endpoint = REVIEW_PATHS.get(scope["path"]) if scope["type"] == "http" else None
-        if endpoint is None or scope["method"] != "POST":
+        entry = self.entry
+        review = (entry.begin(scope["method"], scope["path"], scope.get("extensions", {}).get("tls"),
+                              content_length(scope["headers"]))
+                  if scope["type"] == "http" else None)
+        if review is None:
             await self.app(scope, receive, send)
-            return
-        await review_over_asgi(self.gate, scope["path"], endpoint, scope, receive, send)
-
-
-async def review_over_asgi(gate: ReviewGate, path: str, endpoint: Endpoint, scope: Scope, receive: Receive,
-                           send: Send) -> None:
-    """One review over ASGI, through ``gate``: refused, or read, answered and sent. The dispatcher's way, and the
-    FastAPI routes' when the app is mounted without it; ``path`` labels its metrics."""
-    ticket = gate.admit(path, endpoint, client_certificate_error(scope), content_length(scope["headers"]))
-    if isinstance(ticket, Answer):
-        await _send(send, ticket)
-        return
-    try:
-        answer = await gate.answer_received(ticket, receive)
-        if answer is not None:  # None: the client went away
-            await _send(send, answer)
-    finally:  # after the answer went out: its buffers are free too
-        gate.leave(ticket)
+        elif isinstance(review, Answer):
+            await _send(send, review)
+        else:
+            await entry.answer_over_asgi(review, receive, send)
 
 
 def answer_headers(answer: Answer) -> list[tuple[bytes, bytes]]:
@@ -268,6 +314,8 @@ def answer_headers(answer: Answer) -> list[tuple[bytes, bytes]]:
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(answer.body)).encode())]
     if answer.status == 429:
         headers.append((b"retry-after", str(RETRY_AFTER_SECONDS).encode()))
+    elif answer.status == 405:
+        headers.append((b"allow", b"POST"))
     return headers
 
 

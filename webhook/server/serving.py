@@ -21,13 +21,13 @@ While the server drains (``Lifecycle.draining``, from the first SIGTERM), every 
 to a replica that stays, instead of reusing one to this replica until it is gone.
 
 A small review (a Content-Length up to the gate's ``large_body_bytes``) does not go through ASGI at all: the
-protocol lets it in through the review gate (``ReviewGate.admit``, the one way in every path takes) when its headers
-are read, collects its body, and writes the gate's answer in one write when the body is complete (the inline path;
+protocol hands it to the one entry (``ReviewEntry.begin``, which the ASGI dispatcher calls too) when its headers
+are read, collects its body, and writes the entry's answer in one write when the body is complete (the inline path;
 see ``_take_inline`` for what stays on uvicorn's path). uvicorn's keep-alive timeout after such an answer is one
 more deadline of the tick.
 
 The protocol also puts the ASGI TLS extension into each request's scope (``client_cert_chain``,
-``client_cert_name``, ``tls_version``), from which the gate tells whether the client gave a certificate.
+``client_cert_name``, ``tls_version``), from which the entry tells whether the client gave a certificate.
 
 uvicorn is pinned to the minor series this was tested on (docs/architecture.md says why this protocol subclasses
 uvicorn's rather than replacing it), and ``tests/server/test_serving_uvicorn.py`` names every uvicorn internal used
@@ -66,17 +66,8 @@ from uvicorn.config import STARTUP_FAILURE
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-from webhook.admission.review import REVIEW_PATHS, Endpoint
 from webhook.server.app import WebhookServer
-from webhook.server.asgi import (
-    Lifecycle,
-    ReviewDispatcher,
-    ReviewGate,
-    Ticket,
-    answer_headers,
-    certificate_error,
-    content_length,
-)
+from webhook.server.asgi import Lifecycle, ReviewDispatcher, ReviewEntry, Ticket, answer_headers, content_length
 from webhook.server.metrics import Metrics
 from webhook.server.service import Answer
 from webhook.tls.policy import apply_policy
@@ -85,8 +76,6 @@ from webhook.tls.watch import CertWatcher, WatchingServer
 log = logging.getLogger("webhook.server.serving")
 MAX_HEADER_BYTES = 64 * 1024  # the apiserver sends a few hundred bytes; Go's default is 1 MiB
 TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}  # the ASGI TLS extension's tls_version values
-# the raw path as the parser gives it -> the path and its endpoint
-INLINE_PATHS: dict[bytes, tuple[str, Endpoint]] = {p.encode(): (p, e) for p, e in REVIEW_PATHS.items()}
 # Our own status lines (uvicorn's table is a module internal): every status http.HTTPStatus knows.
 STATUS_LINES = {int(s): b"HTTP/1.1 %d %s\r\n" % (s, s.phrase.encode()) for s in http.HTTPStatus}
 
@@ -117,7 +106,7 @@ class GuardedProtocol(HttpToolsProtocol):
     read_timeout: ClassVar[float] = 10.0
     metrics: ClassVar[Metrics | None] = None
     lifecycle: ClassVar[Lifecycle] = Lifecycle()
-    gate: ClassVar[ReviewGate | None] = None  # the admission port's: small reviews answered inline
+    entry: ClassVar[ReviewEntry | None] = None  # the admission port's: small reviews answered inline
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -126,8 +115,8 @@ class GuardedProtocol(HttpToolsProtocol):
         self._started = 0.0          # loop time of the current request's first byte
         self._header_bytes = 0
         self._tls: dict[object, object] | None = None
-        # The request on the inline path: let in (its Ticket; its body so far in _chunks), or refused (the Answer,
-        # written already; the rest of its body is dropped); None: on uvicorn's path, or no request.
+        # The request on the inline path: let in by the entry (its Ticket; its body so far in _chunks), or refused
+        # (the Answer, written already; the rest of its body is dropped); None: on uvicorn's path, or no request.
         self._inline: Ticket | Answer | None = None
         self._chunks: list[bytes] = []
         self._last_answer = False    # the inline answer closes the connection (uvicorn's shutdown came first)
@@ -135,10 +124,10 @@ class GuardedProtocol(HttpToolsProtocol):
 
     @classmethod
     def limits(cls, options: ServeOptions, metrics: Metrics | None, lifecycle: Lifecycle,
-               gate: ReviewGate | None = None) -> type[GuardedProtocol]:
+               entry: ReviewEntry | None = None) -> type[GuardedProtocol]:
         return type("GuardedProtocol", (cls,), {"read_header_timeout": options.read_header_timeout,
                                                 "read_timeout": options.read_timeout, "metrics": metrics,
-                                                "lifecycle": lifecycle, "gate": gate})
+                                                "lifecycle": lifecycle, "entry": entry})
 
     # -- the deadlines ----------------------------------------------------------------------------
     def _arm(self, seconds: float, phase: str) -> None:
@@ -187,8 +176,8 @@ class GuardedProtocol(HttpToolsProtocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         inline, self._inline = self._inline, None
-        if isinstance(inline, Ticket) and self.gate is not None:
-            self.gate.leave(inline)  # its client went away before the body was complete
+        if isinstance(inline, Ticket) and self.entry is not None:
+            self.entry.leave(inline)  # its client went away before the body was complete
         super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
@@ -228,7 +217,7 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._phase, self._due = "body", self._started + self.read_timeout
-        if self.gate is not None and self._take_inline(self.gate):
+        if self.entry is not None and self._take_inline(self.entry):
             return
         super().on_headers_complete()
         if self.lifecycle.draining and self.cycle is not None:
@@ -250,35 +239,31 @@ class GuardedProtocol(HttpToolsProtocol):
             return
         self._inline = None
         if isinstance(inline, Ticket):
-            gate = self.gate
-            assert gate is not None  # only it lets a review in
+            entry = self.entry
+            assert entry is not None  # only it lets a review in
             body = b"".join(self._chunks)
             self._chunks.clear()  # the body is not kept until the connection's next request
-            try:
-                answer = gate.answer(inline, body)
-            finally:
-                gate.leave(inline)
-            self._respond(answer)
+            self._respond(entry.answer(inline, body))
         if not self.transport.is_closing():
             self._arm(self.timeout_keep_alive, "kept")  # uvicorn's keep-alive timeout, as a deadline
 
     # -- the inline path ------------------------------------------------------------------------------
     # A small review (a known Content-Length up to the gate's large_body_bytes) is answered here, from the parser's
-    # callbacks, through the review gate every path takes: no ASGI task, coroutine or message, no second write,
-    # which is much of a small review's cost (docs/benchmarks.md, "The inline path"). Everything else (other paths,
-    # large or chunked bodies, Expect: 100-continue, a request pipelined behind one still being answered, a
-    # dispatcher wrapped in middleware) takes uvicorn's path to the ASGI app as before.
-    def _take_inline(self, gate: ReviewGate) -> bool:
+    # callbacks, through the one entry the dispatcher takes too: no ASGI task, coroutine or message, no second
+    # write, which is much of a small review's cost (docs/benchmarks.md, "The inline path"). Everything else (other
+    # paths and methods, large or chunked bodies, Expect: 100-continue, a request pipelined behind one still being
+    # answered, a dispatcher wrapped in middleware) takes uvicorn's path to the ASGI app and the same entry.
+    def _take_inline(self, entry: ReviewEntry) -> bool:
         cycle = self.cycle
         if ((cycle is not None and not cycle.response_complete) or self.expect_100_continue
                 or self.parser.should_upgrade() or self.parser.get_method() != b"POST"):
+            return False  # POST only: a HEAD's answer has no body, which uvicorn's path knows
+        # The raw path as ASCII, as the ASGI path's would be without percent-escapes (with one, it goes that way).
+        inline = entry.begin("POST", httptools.parse_url(self.url).path.decode("latin-1"), self._tls,
+                             content_length(self.headers), inline=True)
+        if inline is None:
             return False
-        review_path = INLINE_PATHS.get(httptools.parse_url(self.url).path)
-        length = content_length(self.headers)
-        if review_path is None or not gate.inline_size(length):
-            return False
-        path, endpoint = review_path
-        inline = self._inline = gate.admit(path, endpoint, certificate_error(self._tls), length)
+        self._inline = inline
         if not isinstance(inline, Ticket):  # refused: answered now, as the ASGI path does; its body is dropped
             self._respond(inline)
         return True
@@ -372,8 +357,8 @@ class AdmissionServer(WatchingServer):
         metrics = webhook.service.metrics
         self.lifecycle = webhook.lifecycle
         # Reviews take the inline path unless a middleware wraps the dispatcher (it must see them).
-        gate = webhook.asgi.gate if isinstance(webhook.asgi, ReviewDispatcher) else None
-        protocol = GuardedProtocol.limits(options, metrics, webhook.lifecycle, gate)
+        entry = webhook.asgi.entry if isinstance(webhook.asgi, ReviewDispatcher) else None
+        protocol = GuardedProtocol.limits(options, metrics, webhook.lifecycle, entry)
         config = uvicorn.Config(webhook.asgi, host=options.host, port=options.port, http=protocol,
                                 ssl_certfile=str(cert), ssl_keyfile=str(key), log_config=None, access_log=False,
                                 lifespan="off", server_header=False,
