@@ -84,6 +84,9 @@ TESTED_THROUGH: dict[str, tuple[str, ...]] = {
     "webhook/core/qos.py": ("tests/admission/rules/mutating/test_colocation_profile.py",
                             "tests/admission/rules/validating/test_koordinator_rules.py"),
     "webhook/core/resources.py": ("tests/admission/test_chain_pod_api.py", "tests/agent/domain/test_batch_allocatable.py"),
+    "webhook/server/app.py": ("tests/server/test_asgi_entry.py", "tests/e2e/test_openapi_schemathesis.py"),
+    "webhook/server/offload.py": ("tests/server/test_serving_limits.py", "tests/server/test_memory_budget.py"),
+    "webhook/server/service.py": ("tests/server/test_serving_limits.py", "tests/server/test_serving_inline.py"),
     "webhook/tls/pair.py": ("tests/tls/test_certs.py",),
     "webhook/tls/watch.py": ("tests/tls/test_certs.py", "tests/server/test_serving_uvicorn.py"),
 }
