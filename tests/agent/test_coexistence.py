@@ -5,6 +5,7 @@ is noticed, said once, counted, and not fought."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +47,7 @@ def _routes(srv: ReplayAPIServer) -> None:
 
 
 @pytest.fixture()
-def srv():  # type: ignore[no-untyped-def]
+def srv() -> Iterator[ReplayAPIServer]:
     with ReplayAPIServer() as s:
         _routes(s)
         yield s

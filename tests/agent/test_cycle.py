@@ -4,6 +4,7 @@ and the API calls against the replay server serving recorded kube-apiserver resp
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -314,7 +315,7 @@ def _state(folder: Path) -> ClusterState:
 
 
 @pytest.fixture()
-def srv():  # type: ignore[no-untyped-def]
+def srv() -> Iterator[ReplayAPIServer]:
     with ReplayAPIServer() as s:
         yield s
 

@@ -19,7 +19,7 @@ CREATED = re.compile(r"^(\w+_created\{[^}]*\}) \S+$", re.MULTILINE)
 def _text(*collectors: object) -> str:
     registry = CollectorRegistry()
     for c in collectors:
-        registry.register(c)  # type: ignore[arg-type]
+        registry.register(c)  # type: ignore[arg-type]  # prometheus_client types it Collector; any with collect() works
     return CREATED.sub(r"\1 <time>", generate_latest(registry).decode())
 
 

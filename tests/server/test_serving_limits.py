@@ -15,7 +15,7 @@ import ssl
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from tests.conftest import load_fixture
 from tests.serving import Server, run_server, tls
 from webhook.admission import chain
 from webhook.admission.context import Settings
+from webhook.admission.response import Decision
 from webhook.admission.review import Endpoint, review_from_dict
 from webhook.admission.rules.mutating import batch_resources
 from webhook.cluster.state import ClusterState
@@ -200,7 +201,8 @@ def _with_containers(n: int) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize("run", [chain.mutate, chain.validate])
-def test_more_containers_than_the_cap_is_a_400_denial(example_state: ClusterState, run) -> None:  # type: ignore[no-untyped-def]
+def test_more_containers_than_the_cap_is_a_400_denial(example_state: ClusterState,
+                                                      run: Callable[..., Decision]) -> None:
     settings = Settings(max_containers=5)
     assert run(review_from_dict(_with_containers(5)).request, example_state, settings).allowed
     decision = run(review_from_dict(_with_containers(6)).request, example_state, settings)

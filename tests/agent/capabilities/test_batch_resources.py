@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,7 @@ COLOCATION = {"enable": True, "metricAggregateDurationSeconds": 10, "cpuReclaimT
 
 
 @pytest.fixture()
-def srv():  # type: ignore[no-untyped-def]
+def srv() -> Iterator[ReplayAPIServer]:
     with ReplayAPIServer() as s:
         s.add_exchange("nodes-status-patch-smp-add-batch")
         yield s

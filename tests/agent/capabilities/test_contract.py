@@ -102,7 +102,7 @@ def test_no_decide_reads_a_collector_a_file_or_the_clock() -> None:
 
 
 def test_every_capability_the_cycle_runs_implements_the_contract() -> None:
-    agent = Agent(AgentOptions("n1"), collector=None)  # type: ignore[arg-type]   # never measures here
+    agent = Agent(AgentOptions("n1"), collector=None)  # type: ignore[arg-type]  # no collector: none may be called   # never measures here
     steps: list[AgentCapability[Any]] = [agent.eviction, *agent.order]
     assert [type(s) for s in steps] == [MemoryEviction, CgroupWrites, BatchResources, NodeCondition]
     for step in steps:
@@ -114,7 +114,7 @@ def test_every_capability_the_cycle_runs_implements_the_contract() -> None:
 
 
 def test_every_disable_name_is_answered_by_one_capability() -> None:
-    agent = Agent(AgentOptions("n1"), collector=None)  # type: ignore[arg-type]
+    agent = Agent(AgentOptions("n1"), collector=None)  # type: ignore[arg-type]  # no collector: none may be called
     names = [n for step in (agent.eviction, *agent.order) for n in step.names]
     assert sorted(names) == sorted(Capability) and len(names) == len(set(names))
 

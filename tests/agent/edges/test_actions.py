@@ -4,6 +4,7 @@ replay API server's events.k8s.io routes (tests/events_api.py, shaped like the a
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 
 import pytest
 
@@ -142,7 +143,7 @@ def test_note_is_cut_to_the_apiservers_byte_limit(note: str, limit: int, expecte
 
 # -- the API edge, against events.k8s.io routes ------------------------------------------------------------
 @pytest.fixture()
-def srv():  # type: ignore[no-untyped-def]
+def srv() -> Iterator[ReplayAPIServer]:
     with ReplayAPIServer() as s:
         yield s
 

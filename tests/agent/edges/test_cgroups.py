@@ -9,6 +9,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,10 @@ from harness.agent_trees import FakePod, write_cgroup_v1, write_cgroup_v2, write
 from harness.apiserver import Blackhole
 from tests.agent.test_cycle import GI, NODE, USAGE, pods_by_name, recorded, run_once, write_state
 from webhook.agent.cycle import Agent
+from webhook.agent.domain.cgroup_limits import CgroupWrite
+from webhook.agent.domain.sample import Layout
 from webhook.agent.edges.actions import KubeActions
+from webhook.agent.edges.cgroups import CgroupFiles, WriteResult
 from webhook.agent.edges.collectors import Collector
 from webhook.agent.edges.metrics_server import Health, serve
 from webhook.agent.metrics import AgentMetrics
@@ -157,22 +161,22 @@ def test_a_refused_write_is_counted_logged_and_retried(tmp_path: Path, caplog: p
 
     wrapped: set[int] = set()
 
-    def vanish_then_apply(layout):  # type: ignore[no-untyped-def]
+    def vanish_then_apply(layout: Layout) -> CgroupFiles:
         files = original(layout)
         if id(files) in wrapped:    # the cycle reads and writes through the same files: wrapped once
             return files
         wrapped.add(id(files))
         real_apply = files.apply
 
-        def apply(writes):  # type: ignore[no-untyped-def]
+        def apply(writes: Sequence[CgroupWrite]) -> list[WriteResult]:
             target.unlink()
             target.mkdir()          # the kernel says EISDIR here; a vanished cgroup says ENOENT
             return real_apply(writes)
 
-        files.apply = apply  # type: ignore[method-assign]
+        files.apply = apply  # type: ignore[method-assign]  # the kernel's refusal, made to happen mid-plan
         return files
 
-    agent._files = vanish_then_apply  # type: ignore[method-assign]
+    agent._files = vanish_then_apply  # type: ignore[method-assign]  # the same files, wrapped once
     with caplog.at_level(logging.WARNING, "colocation-agent"):
         first = agent.cycle(now=0.0).as_dict()["cgroupWrites"]
     assert metrics.cgroup_refusals.labels("memory.max", "EISDIR")._value.get() == 1
