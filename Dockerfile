@@ -1,10 +1,18 @@
 # One image, two programs: colocation-webhook (the default entry point, `serve`) and colocation-agent
 # (the DaemonSet sets `command: [colocation-agent]`).
 #   docker build -t colocation-webhook:0.1.0 .
+# For both platforms the lock files serve (linux/amd64 and linux/arm64: every pin has a wheel for each, with its hash;
+# tests/test_lock.py), one multi-platform image:
+#   docker buildx build --platform linux/amd64,linux/arm64 -t registry.example.com/colocation-webhook:0.1.0 --push .
+# Nothing here names an architecture: python:3.11-slim is a multi-platform image, and each stage runs on the target
+# platform (natively on a builder of that platform, or under QEMU emulation), so mypyc compiles for the platform the
+# image runs on; that is why the build stage has no FROM --platform=$BUILDPLATFORM.
 # The runtime stage mounts the build stage's wheels for its install step (RUN --mount, which needs BuildKit: Docker
 # Engine's default builder since 23.0, DOCKER_BUILDKIT=1 on 20.10 to 22.x;
 # https://docs.docker.com/reference/dockerfile/#run---mount), so no layer of the image holds a wheel.
 ARG PYTHON_IMAGE=python:3.11-slim
+# The release: pyproject.toml's version, the manifests' image tag and this label agree (tests/test_version.py).
+ARG VERSION=0.1.0
 
 # -- build: the build requirements as requirements-build.lock pins them (hashes checked), every dependency as the
 #    wheels requirements.lock pins (hashes checked), then the project's own wheel, built with those build
@@ -24,6 +32,10 @@ RUN pip wheel --no-deps --no-build-isolation --wheel-dir /wheels .
 
 # -- runtime: wheels only, no compilers, no pip cache, no wheel left in a layer, a non-root user -----------------
 FROM ${PYTHON_IMAGE} AS runtime
+ARG VERSION
+LABEL org.opencontainers.image.title="colocation-webhook" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 \
     PIP_ROOT_USER_ACTION=ignore
 RUN groupadd --system --gid 10001 colocation \

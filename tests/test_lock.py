@@ -1,7 +1,8 @@
 """The dependency lock: requirements.lock (what the image runs, Dockerfile), requirements-build.lock (what builds the
 project's wheel: pyproject's [build-system] requires) and requirements-test.lock (both and the test extras, what CI
 and the README's test command install) pin every package with its hashes, agree with each other and with
-pyproject.toml's ranges, and this run's environment is what they pin. `bash .ci/lock` makes them."""
+pyproject.toml's ranges, this run's environment is what they pin, and every pin has a wheel, with its hash, for each
+platform the image is built for (linux/amd64, linux/arm64). `bash .ci/lock` makes them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
-from packaging.utils import canonicalize_name
+from packaging.tags import Tag, compatible_tags, cpython_tags
+from packaging.utils import canonicalize_name, parse_wheel_filename
+from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -98,3 +101,67 @@ def test_this_run_uses_the_locked_versions() -> None:
         if have != version:
             off.append(f"{name} {have} (locked {version})")
     assert off == [], "install from the lock: pip install --require-hashes -r requirements-test.lock"
+
+
+# The platforms the image is built for (Dockerfile, docs/install.md "The image"): each lock entry names the wheel
+# each one installs, with its hash (`bash .ci/lock` annotates them from pip's own choice of wheel).
+PLATFORMS = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
+WHEEL_NOTE = re.compile(r"^\s+# (linux/\w+): (\S+\.whl) sha256:([0-9a-f]{64})$", re.M)
+
+
+def _supported(arch: str) -> set[Tag]:
+    """The tags CPython 3.11 on glibc Linux of ``arch`` installs, up to manylinux_2_28 (uv's and pip's limit in
+    .ci/lock; python:3.11-slim has a newer glibc)."""
+    platforms = [*(f"manylinux_2_{minor}_{arch}" for minor in range(28, 16, -1)), f"manylinux2014_{arch}",
+                 f"linux_{arch}"]
+    return {*cpython_tags((3, 11), platforms=platforms),
+            *compatible_tags((3, 11), interpreter="cp311", platforms=platforms)}
+
+
+def platform_findings(text: str) -> list[str]:
+    """Each pin of a lock file without a wheel, named with its hash, that each platform installs."""
+    found = []
+    for entry in re.split(r"\n(?=[A-Za-z0-9])", text.split("\n", 2)[2] if text.startswith("#") else text):
+        m = re.match(r"([A-Za-z0-9_.\-]+)==(\S+)", entry)
+        if not m:
+            continue
+        name, version = canonicalize_name(m.group(1)), Version(m.group(2))
+        hashes = set(re.findall(r"--hash=sha256:([0-9a-f]{64})", entry))
+        notes = {platform: (wheel, digest) for platform, wheel, digest in WHEEL_NOTE.findall(entry)}
+        for platform, arch in PLATFORMS.items():
+            if platform not in notes:
+                found.append(f"{name}: no wheel for {platform}")
+                continue
+            wheel, digest = notes[platform]
+            wheel_name, wheel_version, _, tags = parse_wheel_filename(wheel)
+            if (wheel_name, wheel_version) != (name, version):
+                found.append(f"{name}: {platform}: {wheel} is another package's")
+            if not tags & _supported(arch):
+                found.append(f"{name}: {platform}: {wheel} does not install there")
+            if digest not in hashes:
+                found.append(f"{name}: {platform}: {wheel}'s hash is not among the pin's")
+    return found
+
+
+def test_every_pin_has_a_hashed_wheel_for_both_platforms() -> None:
+    """The image builds on amd64 and arm64 nodes from wheels only (--only-binary=:all:, --require-hashes): every pin
+    has a wheel for each platform whose hash the lock holds."""
+    for name in LOCKS:
+        assert platform_findings((ROOT / name).read_text()) == [], name
+    script = (ROOT / ".ci" / "lock").read_text()
+    assert all(f"{arch}-manylinux_2_28" in script for arch in PLATFORMS.values()), "both platforms are resolved"
+
+
+def test_the_platform_check_finds_a_missing_or_wrong_wheel() -> None:
+    digest, other = "a" * 64, "b" * 64
+    amd = f"    # linux/amd64: x-1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl sha256:{digest}"
+    arm = f"    # linux/arm64: x-1.0-cp311-cp311-manylinux_2_17_aarch64.manylinux2014_aarch64.whl sha256:{other}"
+    pure = f"    # linux/arm64: x-1.0-py3-none-any.whl sha256:{digest}"
+    head = f"x==1.0 \\\n    --hash=sha256:{digest} \\\n    --hash=sha256:{other}\n"
+    assert platform_findings(head + amd + "\n" + arm + "\n") == []
+    assert platform_findings(head + amd + "\n" + pure + "\n") == []
+    assert platform_findings(head + amd + "\n") == ["x: no wheel for linux/arm64"]
+    assert platform_findings(head + amd + "\n" + amd.replace("amd64", "arm64") + "\n") == [
+        "x: linux/arm64: x-1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl does not install there"]
+    assert platform_findings(f"x==1.0 \\\n    --hash=sha256:{other}\n" + amd + "\n" + arm + "\n") == [
+        "x: linux/amd64: x-1.0-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl's hash is not among the pin's"]

@@ -269,3 +269,41 @@ def test_install_steps_in_a_fresh_venv(stages: list[Stage], project_wheel: Path,
                            capture_output=True, text=True, timeout=60)
     assert "Traceback" not in agent.stderr, agent.stderr
     assert project_wheel.name.startswith("colocation_webhook-")
+
+
+ARCHITECTURES = re.compile(r"x86_64|amd64|aarch64|arm64|i[3-6]86|armv\d|ppc64|s390x", re.IGNORECASE)
+
+
+def neutral_findings(text: str) -> list[str]:
+    """What ties a Dockerfile to one platform: an architecture named outside a comment, a FROM with a --platform
+    (the build stage compiles for the target: it runs on it), a platform-specific base."""
+    found = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            continue
+        if ARCHITECTURES.search(line):
+            found.append(f"{n}: names an architecture: {line.strip()}")
+        if re.match(r"\s*FROM\s+--platform", line, re.IGNORECASE):
+            found.append(f"{n}: a stage pinned to a platform: {line.strip()}")
+    return found
+
+
+def test_the_dockerfile_builds_for_both_platforms() -> None:
+    """`docker buildx build --platform linux/amd64,linux/arm64` (the Dockerfile's header says so): nothing names an
+    architecture, every install is wheels only with hashes (tests/test_lock.py: each pin has a wheel for both)."""
+    text = (ROOT / "Dockerfile").read_text()
+    assert neutral_findings(text) == []
+    assert "docker buildx build --platform linux/amd64,linux/arm64" in text
+    assert neutral_findings("FROM --platform=linux/amd64 python:3.11-slim\n# aarch64 is fine here\n"
+                            "COPY lib/x86_64-linux-gnu/libfoo.so /usr/lib/\n") == [
+        "1: names an architecture: FROM --platform=linux/amd64 python:3.11-slim",
+        "1: a stage pinned to a platform: FROM --platform=linux/amd64 python:3.11-slim",
+        "3: names an architecture: COPY lib/x86_64-linux-gnu/libfoo.so /usr/lib/"]
+
+
+def test_the_image_is_labelled_with_its_version_and_licence(stages: list[Stage]) -> None:
+    args, _ = parse((ROOT / "Dockerfile").read_text())
+    assert args["VERSION"] == tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    labels = " ".join(stages[-1].all("LABEL"))
+    assert 'org.opencontainers.image.version="${VERSION}"' in labels
+    assert 'org.opencontainers.image.licenses="Apache-2.0"' in labels
