@@ -1,4 +1,4 @@
-"""A real kube-apiserver for the tests that need one (docs/deploy.md, "Proving the policies on a real apiserver").
+"""A real kube-apiserver for the tests that need one (docs/policies.md, "Proving the policies on a real apiserver").
 
 What an apiserver compiles, validates or runs (CRDs, webhook configurations, admission policies, RBAC) is proven
 against the apiserver itself. This tier is skipped unless it is pointed at one, in either of two ways:
@@ -91,7 +91,7 @@ def skip_reason() -> str | None:
         return None if path.is_file() else f"{KUBECONFIG_ENV}={path}: no such file"
     if not os.environ.get(ASSETS_ENV):
         return (f"no real kube-apiserver: set {KUBECONFIG_ENV} to a cluster's kubeconfig, or {ASSETS_ENV} to a "
-                "folder with kube-apiserver (1.30+) and etcd (docs/deploy.md, \"Proving the policies on a real "
+                "folder with kube-apiserver (1.30+) and etcd (docs/policies.md, \"Proving the policies on a real "
                 "apiserver\")")
     assets = Path(os.environ[ASSETS_ENV])
     if not (assets / "kube-apiserver").is_file():

@@ -46,8 +46,8 @@ def test_the_image_tag_is_the_version() -> None:
 
 
 def test_the_check_finds_another_tag() -> None:
-    assert version_findings("1.2.0", {"a.md": "docker push r/colocation-webhook:1.2.0 && colocation-webhook:1.1.9"}) \
-        == ["a.md: colocation-webhook:1.1.9"]
+    assert version_findings("1.2.0", {"a-page": "docker push r/colocation-webhook:1.2.0 && colocation-webhook:1.1.9"}) \
+        == ["a-page: colocation-webhook:1.1.9"]
 
 
 def test_the_dockerfile_labels_the_version() -> None:

@@ -32,7 +32,7 @@ celpy = pytest.importorskip("celpy", reason="cel-python is a test extra: pip ins
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPONENT = ROOT / "manifests" / "components" / "agent-node-policy"
-# The pod-param policy, off by default: its own component (docs/deploy.md, "The agent's own node").
+# The pod-param policy, off by default: its own component (docs/security.md, "The agent's own node").
 OPT_IN = ROOT / "manifests" / "components" / "agent-eviction-node-policy"
 KUBECTL = shutil.which("kubectl")
 NODE_CLAIM = "authentication.kubernetes.io/node-name"
@@ -489,7 +489,7 @@ def test_the_pod_param_policy_is_only_in_its_opt_in_component() -> None:
 
 # -- who could get a token of the agent for a node of their choosing ----------------------------------------
 # (apiGroup, resource, verbs): what lets its holder act as colocation-agent with a pod's token naming any node
-# (docs/deploy.md, "Tokens"): mint one, impersonate the account with the extras, run or change a pod that runs
+# (docs/security.md, "Tokens"): mint one, impersonate the account with the extras, run or change a pod that runs
 # as the account (its kubelet mounts such a token), or reach into the agent's pod for its token.
 TOKEN_PATHS = (
     ("", "serviceaccounts/token", {"create"}),

@@ -4,7 +4,7 @@ Everything the manifests must agree with is derived from the code: the paths and
 app's routes, the RBAC rules from the kinds the programs list/watch (``webhook.cluster.state``), the
 calls the agent makes (``webhook.agent.edges.actions.API_CALLS``) and the calls the certificate bootstrap makes
 (``webhook.tls.bootstrap.api_calls``), the CLI flags from the argument parsers. What each install path
-applies (and so deletes) is checked against the table in docs/deploy.md.
+applies (and so deletes) is checked against the table in docs/install.md.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def koordinator() -> list[Obj]:
 
 
 def _ref(obj: Obj) -> str:
-    """``Kind name`` or ``Kind namespace/name``, as the table in docs/deploy.md writes objects."""
+    """``Kind name`` or ``Kind namespace/name``, as the table in docs/install.md writes objects."""
     meta = obj["metadata"]
     return f"{obj['kind']} {meta['namespace'] + '/' if meta.get('namespace') else ''}{meta['name']}"
 
@@ -590,8 +590,8 @@ DOCS_TABLE_HEADING = "## What each path applies and deletes"
 
 
 def _docs_table() -> dict[str, set[str]]:
-    """Install path -> the objects docs/deploy.md says it applies (and `kubectl delete -k` deletes)."""
-    text = (ROOT / "docs" / "deploy.md").read_text()
+    """Install path -> the objects docs/install.md says it applies (and `kubectl delete -k` deletes)."""
+    text = (ROOT / "docs" / "install.md").read_text()
     section = text.split(DOCS_TABLE_HEADING, 1)[1].split("\n## ", 1)[0]
     rows = [line for line in section.splitlines() if line.startswith("|")]
     header = [c.strip().strip("`") for c in rows[0].strip("|").split("|")]
@@ -601,7 +601,7 @@ def _docs_table() -> dict[str, set[str]]:
         obj = cells[0].replace("`", "")
         for path, cell in zip(header[1:], cells[1:], strict=True):
             if cell:
-                assert cell == "✓", f"docs/deploy.md: {obj}: {cell!r}"
+                assert cell == "✓", f"docs/install.md: {obj}: {cell!r}"
                 paths[path].add(obj)
     return paths
 

@@ -218,6 +218,51 @@ def test_the_prometheus_rule_has_every_alert_and_says_what_to_do() -> None:
         assert re.fullmatch(r"\d+[smh]", alert["for"]), name
 
 
+RUNBOOK = ROOT / "docs" / "operations.md"
+
+
+def heading_anchors(markdown: str) -> set[str]:
+    """The anchors of a page's headings as GitHub makes them (lower case, punctuation dropped, spaces to hyphens),
+    outside code blocks."""
+    anchors, fence = set(), False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            fence = not fence
+        m = None if fence else re.match(r"#{1,6} (.+)", line)
+        if m:
+            anchors.add(re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-"))
+    return anchors
+
+
+def runbook_findings(alerts: list[dict[str, Any]], page: str, anchors: set[str]) -> list[str]:
+    """Each alert whose runbook_url is not a section of ``page`` (``page#anchor``, the anchor a heading's)."""
+    found = []
+    for alert in alerts:
+        url = alert.get("annotations", {}).get("runbook_url", "")
+        path, _, anchor = url.partition("#")
+        if path != page or anchor not in anchors:
+            found.append(f"{alert['alert']}: {url!r}")
+    return found
+
+
+def test_every_alert_has_a_runbook_section_in_the_operations_page() -> None:
+    """Each alert's runbook_url is its own section of docs/operations.md, which says what to do about it."""
+    anchors = heading_anchors(RUNBOOK.read_text())
+    assert runbook_findings(_alerts(), "docs/operations.md", anchors) == []
+    urls = [a["annotations"]["runbook_url"] for a in _alerts()]
+    assert urls == [f"docs/operations.md#{a['alert'].lower()}" for a in _alerts()], "one section per alert"
+
+
+def test_the_runbook_check_finds_a_missing_section() -> None:
+    anchors = heading_anchors("# Ops\n## Alerts\n### ColocationX\n```sh\n# ColocationY\n```\n")
+    assert anchors == {"ops", "alerts", "colocationx"}
+    alerts = [{"alert": "ColocationX", "annotations": {"runbook_url": "docs/operations.md#colocationx"}},
+              {"alert": "ColocationY", "annotations": {"runbook_url": "docs/operations.md#colocationy"}},
+              {"alert": "ColocationZ", "annotations": {}}]
+    assert runbook_findings(alerts, "docs/operations.md", anchors) == ["ColocationY: 'docs/operations.md#colocationy'",
+                                                                       "ColocationZ: ''"]
+
+
 def test_every_alert_names_real_metrics_and_labels(exported: dict[str, set[str]]) -> None:
     problems = [p for a in _alerts() for p in _check_expr(a["alert"], a["expr"], exported)]
     assert problems == []

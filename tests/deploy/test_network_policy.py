@@ -1,6 +1,6 @@
 """manifests/components/network-policy: only the control plane reaches the admission port, only the monitoring
 namespace the metrics ports; an unedited apply fails rather than blocking the apiserver; the overlay example in
-docs/deploy.md renders into a working policy."""
+docs/security.md renders into a working policy."""
 
 from __future__ import annotations
 
@@ -83,7 +83,7 @@ def test_an_unedited_apply_fails_instead_of_blocking_the_apiserver(policies: dic
 
 
 def _docs_overlay() -> str:
-    section = (ROOT / "docs" / "deploy.md").read_text().split("## NetworkPolicy (optional)", 1)[1].split("\n## ", 1)[0]
+    section = (ROOT / "docs" / "security.md").read_text().split("## NetworkPolicy (optional)", 1)[1].split("\n## ", 1)[0]
     blocks: list[str] = re.findall(r"```yaml\n(.*?)```", section, re.S)
     (block,) = blocks
     return block

@@ -1,6 +1,6 @@
 """The real-apiserver tier (harness/real_apiserver.py): what the apiserver compiles, validates and runs, proven on it.
 
-Skipped unless pointed at a kube-apiserver 1.30 or newer (docs/deploy.md, "Proving the policies on a real
+Skipped unless pointed at a kube-apiserver 1.30 or newer (docs/policies.md, "Proving the policies on a real
 apiserver"). With the webhook configurations installed and no replica answering (``failurePolicy: Ignore``):
 - every shipped object of the default install, every component and overlay, the CRD and the policies that
   ``colocation-webhook policies --kubeconfig`` renders from the cluster are accepted (server-side apply; dry-run
@@ -142,7 +142,7 @@ def _targets(tmp: Path) -> dict[str, Path]:
     code = webhook_cli.main(["certs", "generate", "--service", "colocation-webhook", "--namespace",
                              "colocation-system", "--out", str(tree / "overlays" / "generated-certs" / "certs")])
     assert code == 0
-    # Koordinator's first: the default install puts a quota into its namespace (docs/deploy.md, install order).
+    # Koordinator's first: the default install puts a quota into its namespace (docs/install.md, install order).
     found = {"koordinator": tree / "koordinator", "manifests": tree, "bootstrap": tree / "bootstrap"}
     found.update({f"overlays/{p.name}": p for p in sorted((tree / "overlays").iterdir())})
     found.update({f"components/{p.name}": p for p in sorted((tree / "components").iterdir())})
@@ -289,7 +289,7 @@ def _built(c: real_apiserver.Cluster, pod: dict[str, Any]) -> dict[str, Any]:
 
 def _chain_message(pod: dict[str, Any], old: dict[str, Any] | None = None) -> str:
     """What the validating chain says of the pod (the empty string: admitted), less what the policy leaves to
-    the webhook (docs/deploy.md)."""
+    the webhook (docs/policies.md)."""
     request = {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
                "resource": {"group": "", "version": "v1", "resource": "pods"}, "subResource": "",
                "name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"],

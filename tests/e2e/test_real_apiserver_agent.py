@@ -336,7 +336,7 @@ def test_the_agent_must_name_the_uid(default_only: Scene) -> None:
 
 
 def test_without_the_opt_in_nothing_checks_the_evicted_pods_node(default_only: Scene) -> None:
-    """The limit the default component leaves (docs/deploy.md, "The agent's own node")."""
+    """The limit the default component leaves (docs/security.md, "The agent's own node")."""
     s = default_only
     ok, err = s.evict("agent", s.pod("probe-on-b", s.node_b))
     assert ok, err

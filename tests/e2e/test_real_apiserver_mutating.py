@@ -389,7 +389,7 @@ def test_whatever_order_the_policies_are_called_in_a_converted_pod_has_its_annot
 
 def test_what_the_policies_cannot_convert_is_refused_as_before(cluster: real_apiserver.Cluster, tmp_path: Path,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    """With the refusing policies bound as well (docs/deploy.md: keep manifests/components/admission-policies):
+    """With the refusing policies bound as well (docs/policies.md: keep manifests/components/admission-policies):
     what no mutating policy converts is refused with the text it had before, what they convert is admitted."""
     _apply(cluster, PROFILES)
     mutating_docs, _ = _rendered()

@@ -5,7 +5,7 @@ The policy is generated (``webhook.policies.invariants``); the committed manifes
 Each review goes through the real chain (``chain.validate``, an empty cluster state: the quota rules, which need
 one, are not in the policy) and through the policy as the apiserver evaluates it (``tests/admission_policy.py``,
 cel-python with the Kubernetes quantity, lists and strings functions): the verdicts must agree, and the messages
-too, except where docs/deploy.md says the policy leaves a check to the webhook (an LSR/LSE pod's cpus as a whole
+too, except where docs/policies.md says the policy leaves a check to the webhook (an LSR/LSE pod's cpus as a whole
 number). Both sides are given the pod as the apiserver hands it to admission: map keys sorted (its JSON encoder
 sorts them); nothing the apiserver's decoding or validation refuses (a review the webhook answers 400 is skipped).
 """
@@ -44,7 +44,7 @@ KUBECTL = shutil.which("kubectl")
 QOS, PRIO_LABEL, SUB = "koordinator.sh/qosClass", "koordinator.sh/priority-class", "koordinator.sh/priority"
 BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 RECLAIMED_CPU, RECLAIMED_MEMORY = "alibabacloud.com/reclaimed-cpu", "alibabacloud.com/reclaimed-memory"
-# What the policy leaves to the webhook (docs/deploy.md): whether an LSR/LSE pod's total cpu is whole.
+# What the policy leaves to the webhook (docs/policies.md): whether an LSR/LSE pod's total cpu is whole.
 LEFT_TO_WEBHOOK = re.compile(r'pod\.spec\.containers\[\*\]\.resources\.requests: Invalid value: "[^"]*": '
                              r"the requested CPUs of LSR Pod must be integer")
 
@@ -233,7 +233,7 @@ def _state() -> ClusterState:
 
 
 def _expected(decision: Decision) -> tuple[bool, str]:
-    """The webhook's verdict without what the policy leaves to it (docs/deploy.md)."""
+    """The webhook's verdict without what the policy leaves to it (docs/policies.md)."""
     if len(decision.message.encode()) > policies.MAX_MESSAGE_BYTES:  # the apiserver takes the static message
         return decision.allowed, policies.FALLBACK[decision.rule]
     if decision.allowed or decision.rule != "koordinator-rules":

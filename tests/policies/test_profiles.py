@@ -251,7 +251,7 @@ def test_what_the_webhook_admits_the_profile_policies_admit(name: str, profiles:
 
 
 def test_a_pod_the_webhook_could_not_apply_the_profile_to_is_refused_as_documented() -> None:
-    """docs/deploy.md, "One difference with the webhook up": the webhook admits it unchanged with a warning."""
+    """docs/policies.md, "One difference with the webhook up": the webhook admits it unchanged with a warning."""
     profile = m.profile("suffixed", selector={"matchLabels": {"app": "x"}}, qosClass="BE",
                         priorityClassName="koord-batch", labelSuffixes={"name": "-" + "s" * 40})
     state = m.make_state(profile)

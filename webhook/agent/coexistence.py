@@ -30,7 +30,7 @@ class Coexistence:
         self.metrics.capability.labels(cap.value).set(0)
         self.metrics.other_writer.labels(cap.value).set(1)
         log.warning("another writer changed what %s writes (%s); the agent stops writing it rather than fight. "
-                    "If that is %s, turn the agent's off: --disable=%s (docs/deploy.md, \"Beside Koordinator\")",
+                    "If that is %s, turn the agent's off: --disable=%s (docs/coexistence.md, \"Beside Koordinator\")",
                     cap.value, seen, COUNTERPART[cap], cap.value)
 
     def off(self) -> dict[str, str]:

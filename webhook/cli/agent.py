@@ -322,7 +322,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--disable", action="append", default=[], metavar="CAPABILITY,...",
                    help="capabilities left to another component (repeatable, comma-separated): "
                         + ", ".join(c.value for c in Capability)
-                        + " (docs/deploy.md: beside koordlet and koord-manager)")
+                        + " (docs/coexistence.md: beside koordlet and koord-manager)")
 
 
 DESCRIPTION = "colocation-agent: the node agent (memory eviction, kubelet-style thresholds, batch resources)."

@@ -526,10 +526,10 @@ def _serve_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-cache-age", type=non_negative_seconds, default=MAX_CACHE_AGE, metavar="S",
                    help="with a live cluster: /readyz answers 503 while a kind's cache has had no data (an event, a "
                         "bookmark, a list) for longer, so the apiserver calls the replicas that are current "
-                        "(docs/deploy.md, \"A cache that falls behind\"); 0: never")
+                        "(docs/availability.md, \"A cache that falls behind\"); 0: never")
     p.add_argument("--client-ca-file", type=Path, metavar="F",
                    help="PEM CA bundle: reviews are answered only to a client presenting a certificate it signed "
-                        "(the apiserver, through its AdmissionConfiguration kubeConfigFile; docs/deploy.md); "
+                        "(the apiserver, through its AdmissionConfiguration kubeConfigFile; docs/security.md); "
                         "/healthz and /readyz stay open to the kubelet's probes")
     p.add_argument("--metrics-port", type=_port, default=8080, metavar="PORT",
                    help="plain-HTTP port of /metrics, apart from the admission port; 0 disables it")
@@ -589,7 +589,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
                          epilog=exit_codes(COMMAND_CODES["policies"]),
                          description="Print the validating rules that need no cluster state as one "
                                      "ValidatingAdmissionPolicy and its binding: what "
-                                     "manifests/components/admission-policies holds (docs/deploy.md, \"Admission "
+                                     "manifests/components/admission-policies holds (docs/policies.md, \"Admission "
                                      "policies\"), the pod invariants and the band conversion. With a cluster "
                                      "state, also a policy and binding per ClusterColocationProfile that refuse "
                                      "the pods it matches unconverted, and the band conversion with the pods of "
@@ -609,7 +609,7 @@ def parser(only: str | None = None) -> argparse.ArgumentParser:
     pol.add_argument("--mutating", action="store_true",
                      help="Kubernetes 1.36+: print instead the MutatingAdmissionPolicies that convert while the "
                           "webhook is down (manifests/components/mutating-policies; with a cluster state, one per "
-                          "profile a policy can apply; docs/deploy.md, \"Mutating admission policies\"); with "
+                          "profile a policy can apply; docs/policies.md, \"Mutating admission policies\"); with "
                           "--check, compare the applied ones (kubectl get mutatingadmissionpolicies,"
                           "mutatingadmissionpolicybindings -l app.kubernetes.io/part-of=colocation-webhook -o yaml)")
     pol.set_defaults(func=policies)

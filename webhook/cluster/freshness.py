@@ -27,7 +27,7 @@ __all__ = ["MAX_CACHE_AGE", "NO_DATA", "STALE", "Backoff", "Failure", "KindRepor
 
 NO_DATA = "no data"   # the reason of a read deadline passed with no byte: the connection may be dead
 STALE = "cluster state stale: "   # how the /readyz reason of a cache older than --max-cache-age begins
-MAX_CACHE_AGE = 180.0   # s, serve --max-cache-age's default: docs/deploy.md, "A cache that falls behind"
+MAX_CACHE_AGE = 180.0   # s, serve --max-cache-age's default: docs/availability.md, "A cache that falls behind"
 
 
 @dataclass(frozen=True, slots=True)

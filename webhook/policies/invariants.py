@@ -7,7 +7,7 @@ change there changes the policy; ``tests/policies/test_invariants.py`` checks th
 (manifests/components/admission-policies) is what ``render`` prints and that the verdicts agree with the chain.
 
 One validation per rule, in chain order: the apiserver reports the first failed validation, the webhook its first
-denying rule. What the policy leaves to the webhook (docs/deploy.md, "Admission policies"): the quota rules (they
+denying rule. What the policy leaves to the webhook (docs/policies.md, "Admission policies"): the quota rules (they
 need cluster state), and whether an LSR/LSE pod's total cpu request is a whole number of cpus (a sum over the
 containers, with the init containers' peak: CEL in the apiserver has no fold over a list of quantities).
 

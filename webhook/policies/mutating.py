@@ -1,5 +1,5 @@
 """Convert while no replica answers: MutatingAdmissionPolicies (Kubernetes 1.36, ``admissionregistration.k8s.io/v1``)
-generated from the profiles and the band conversion (pure; docs/deploy.md, "Mutating admission policies").
+generated from the profiles and the band conversion (pure; docs/policies.md, "Mutating admission policies").
 
 Three kinds of policy, each a JSONPatch computed in the apiserver:
 
@@ -18,7 +18,7 @@ Three kinds of policy, each a JSONPatch computed in the apiserver:
 The refusing ValidatingAdmissionPolicies (``profiles.py``, ``invariants.py``) stay: they run after every mutation,
 so a pod these policies converted passes them and one they could not convert is refused as before.
 
-Why the shape (docs/deploy.md): the apiserver rebuilds the pod after a policy's patch and runs its own plugins
+Why the shape (docs/policies.md): the apiserver rebuilds the pod after a policy's patch and runs its own plugins
 again (Priority, LimitRanger), then the policies that asked for it (``reinvocationPolicy: IfNeeded``). So a policy
 that sets a priority class removes ``spec.priority`` and ``spec.preemptionPolicy`` only when the class changes (the
 Priority plugin then computes them again); the band policy leaves the pods a class-setting or skipping profile
@@ -298,7 +298,7 @@ def band_mutation(leave: list[Profile]) -> list[dict[str, Any]]:
                          for kind in _KINDS for n, _ in _CONVERSIONS)
     asks = " || ".join(f"(has(object.spec.{f}) && object.spec.{f}.exists(c, {native}))" for f in _FIELDS)
     # Only a pod with something to convert: a policy the pod gets past costs it a second pass of the apiserver's
-    # plugins, even with an empty patch (docs/deploy.md, "Mutating admission policies"). A pod converted once and
+    # plugins, even with an empty patch (docs/policies.md, "Mutating admission policies"). A pod converted once and
     # given cpu/memory back by LimitRanger still matches when the policy is called again.
     conditions = [{"name": "band", "expression": f"has(object.spec.priority) && ({in_band})"},
                   {"name": "native", "expression": asks}]

@@ -1,5 +1,5 @@
 """Fail closed for the pods a ClusterColocationProfile converts: one ValidatingAdmissionPolicy and binding per
-profile, generated from the profiles of a cluster state (pure; docs/deploy.md, "Admission policies").
+profile, generated from the profiles of a cluster state (pure; docs/policies.md, "Admission policies").
 
 The webhook configurations keep ``failurePolicy: Ignore``; while no replica answers, a pod a profile matches would
 be admitted as the user wrote it. The binding selects what the profile selects (its namespaceSelector and selector,
@@ -223,7 +223,7 @@ def band_policy(skipping: list[Profile]) -> list[dict[str, Any]]:
     """The policy and binding that refuse a pod of the koord-batch or koord-mid band (by ``spec.priority``, which
     the Priority plugin sets before validating admission) still asking for cpu/memory where rule batch-resources
     would have converted them, except where a profile of ``skipping`` (those carrying SKIP_UPDATE_RESOURCES)
-    matches the pod: the webhook leaves those as written (docs/deploy.md, "Admission policies")."""
+    matches the pod: the webhook leaves those as written (docs/policies.md, "Admission policies")."""
     ranges = [(name, low, high) for name, low, high in BANDS if name in TARGETS]
     band = " : ".join(f"object.spec.priority >= {low} && object.spec.priority <= {high} ? {lits(_band_names(name))}"
                       for name, low, high in ranges)
