@@ -21,6 +21,7 @@ What it offers:
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import shutil
 import subprocess
@@ -89,7 +90,7 @@ def kustomize(path: Path) -> list[Obj]:
     return docs(out.stdout)
 
 
-def kustomize_setup(resources: list[str], components: list[str] = [],
+def kustomize_setup(resources: list[str], components: tuple[str, ...] | list[str] = (),
                     edit: dict[str, str] | None = None) -> list[Obj]:
     """``kubectl kustomize`` of an overlay of manifests/ with these resources and components (paths relative to
     manifests/), as a user's own overlay would list them; ``edit`` writes files of the copy first (relative path:
@@ -126,14 +127,14 @@ def by_key(objs: list[Obj]) -> dict[str, Obj]:
 def kubernetes_definitions(version: str = SCHEMA_KUBERNETES) -> Obj:
     """The strict schemas of KUBERNETES_TYPES and every type they reach, from kubernetes-validate's copy of
     Kubernetes' OpenAPI, without their descriptions (the size of a chart matters: Helm stores it in a Secret)."""
-    import kubernetes_validate
-    folder = Path(kubernetes_validate.__file__).parent / "kubernetes-json-schema" / f"v{version}-local-strict"
+    kubernetes_validate = importlib.import_module("kubernetes_validate")    # untyped: no stubs
+    folder = Path(str(kubernetes_validate.__file__)).parent / "kubernetes-json-schema" / f"v{version}-local-strict"
     defs: Obj = json.loads((folder / "_definitions.json").read_text())["$defs"]
     out: Obj = {}
 
     def walk(node: Any) -> Any:
         if isinstance(node, dict):
-            result = {}
+            result: Obj = {}
             for k, v in node.items():
                 if k == "description":
                     continue
@@ -162,7 +163,7 @@ def kubernetes_definitions(version: str = SCHEMA_KUBERNETES) -> Obj:
 
 def _type(node: Obj) -> str:
     if "$ref" in node:
-        return node["$ref"].rsplit(".", 1)[-1]
+        return str(node["$ref"]).rsplit(".", 1)[-1]
     kind = node.get("type", "")
     if kind == "array":
         return f"list of {_type(node['items'])}"

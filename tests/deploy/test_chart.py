@@ -9,12 +9,15 @@ either direction. The chart's static objects are copies of manifests/ (files/), 
 
 from __future__ import annotations
 
+import importlib
 import json
 import re
 import tomllib
 from pathlib import Path
 from typing import Any
 
+# helm_python: the test extra this file needs (harness/chart.py); missing, the file fails to import, loudly.
+import helm_python as helm
 import pytest
 import yaml
 
@@ -22,9 +25,7 @@ from harness import chart
 from webhook.agent.domain.coexistence import Capability, parse_disabled
 from webhook.cli import webhook as webhook_cli
 
-import helm_python as helm  # noqa: I001 - the test extra this file needs: missing, the file fails to import, loudly
-import kubernetes_validate
-
+kubernetes_validate = importlib.import_module("kubernetes_validate")   # untyped: no stubs
 ROOT = chart.ROOT
 Obj = dict[str, Any]
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
@@ -87,7 +88,7 @@ def _helm_side(obj: Obj) -> Obj:
     expected_annotations: dict[str, str] = {}
     if obj["kind"] == "Job" and meta["name"] == "colocation-webhook-certs":
         expected_annotations = HOOK
-    if obj["kind"] in KOORDINATOR_OWNED and meta["name"] != "colocation-system" or where == SLO_CONFIG:
+    if (obj["kind"] in KOORDINATOR_OWNED and meta["name"] != "colocation-system") or where == SLO_CONFIG:
         expected_annotations = KEEP
     annotations = meta.get("annotations", {})
     assert {k: annotations.get(k) for k in expected_annotations} == expected_annotations, f"{where}: annotations"
@@ -209,7 +210,7 @@ def test_lint_is_clean(kube: str, values: Obj) -> None:
 def _versioned(values: Obj, kube: str) -> Obj:
     """What a cluster of that version can take: the policies need 1.30, the mutating policies 1.36."""
     minor = int(kube.split(".")[1])
-    out = json.loads(json.dumps(values))
+    out: Obj = json.loads(json.dumps(values))
     if minor < 36:
         out.pop("mutatingPolicies", None)
     if minor < 30:
@@ -312,7 +313,7 @@ def test_a_switch_missing_what_it_needs_is_refused(values: Obj, error: str) -> N
 
 # -- the values reach the objects -----------------------------------------------------------------------------------
 def _pods(objs: list[Obj]) -> dict[str, Obj]:
-    specs = {}
+    specs: dict[str, Obj] = {}
     for obj in objs:
         spec = obj.get("spec", {})
         template = spec.get("jobTemplate", {}).get("spec", spec).get("template")
