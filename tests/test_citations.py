@@ -14,7 +14,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the repository ships and documents; the lock files are hashes only.
-TREES = ("webhook", "bench", "tests", "docs", "manifests", "examples", "certs", ".ci")
+TREES = ("webhook", "bench", "tests", "docs", "manifests", "charts", "examples", "certs", ".ci")
 FILES = ("README.md", "CHANGELOG.md", "Dockerfile", "setup.py", "pyproject.toml", ".dockerignore")
 SKIP_DIRS = {"__pycache__", ".venv", ".git", ".mypy_cache", ".ruff_cache", ".pytest_cache", "build"}
 

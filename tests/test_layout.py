@@ -16,7 +16,7 @@ PROGRAM_FOLDERS = {"cli", "e2e", "deploy"}
 # The repository as a whole (the tests of a module at the package's top, webhook/compiled.py, webhook/heap.py,
 # mirror it as the others do).
 TOP = {"test_architecture_doc.py", "test_bench_scripts.py", "test_cel_check.py", "test_citations.py",
-       "test_import_cycles.py", "test_layout.py", "test_lint.py", "test_lock.py", "test_readme.py"}
+       "test_import_cycles.py", "test_layout.py", "test_lint.py", "test_lock.py", "test_readme.py", "test_version.py"}
 # Tests of a package's contract rather than of one module.
 CONTRACTS = {"admission/rules/test_contract.py"}
 

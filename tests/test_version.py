@@ -1,6 +1,6 @@
 """One version: pyproject.toml's is the image tag the manifests set and the docs push, the Dockerfile's label, what
-both programs' ``--version`` print, the newest release in CHANGELOG.md, and, where the Helm chart is in the tree,
-its Chart.yaml's version and appVersion (and its image tag, when its values set one)."""
+both programs' ``--version`` print, the newest release in CHANGELOG.md, and the Helm chart's
+Chart.yaml's version and appVersion (and its image tag, when its values set one)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,6 @@ from tests.deploy.test_dockerfile import parse
 ROOT = Path(__file__).resolve().parents[1]
 VERSION: str = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 CHART = ROOT / "charts" / "colocation-webhook"
-# False while the chart lives on another branch: the chart's checks then skip. Once charts/colocation-webhook/ is in
-# the tree, set it to True, so that a chart that goes missing fails instead of skipping.
-CHART_REQUIRED = False
 # Where an image tag of ours is written for an operator to copy: docs, README, manifests, Dockerfile (CHANGELOG.md
 # names earlier releases on purpose).
 TAGGED = re.compile(r"colocation-webhook:(\d+\.\d+\.\d+[\w.+-]*)")
@@ -78,13 +75,8 @@ def chart_findings(version: str, chart: dict[str, object], values: dict[str, obj
 
 
 def test_the_chart_carries_the_version() -> None:
-    if not (CHART / "Chart.yaml").is_file():
-        if CHART_REQUIRED:
-            pytest.fail(f"{CHART.relative_to(ROOT)}/Chart.yaml is missing")
-        pytest.skip("the Helm chart is not in this tree (CHART_REQUIRED is False)")
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
-    values_file = CHART / "values.yaml"
-    values = yaml.safe_load(values_file.read_text()) if values_file.is_file() else None
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
     assert chart_findings(VERSION, chart, values) == []
 
 
