@@ -154,6 +154,8 @@ class CpuEviction(Shared):
         victims: list[ce.CPUVictim] = []
         covered: dict[str, bool] = {}
         if decision.tasks and not cooling:
+            for t in decision.tasks:
+                log.info("cpu eviction %s: %s", t.feature, t.why)
             victims, self.memory, covered = ce.select_cpu_victims(decision.tasks, self.memory, now, self._try_evict)
         for t in decision.tasks:
             if cooling:
