@@ -17,9 +17,8 @@ from typing import Any
 
 from webhook.agent.domain.thresholds import KUBELET, WATERMARK, Observation, Threshold, amount_to_free, node_low_message
 from webhook.core.priority import (
+    DEFAULT_PRIORITY,
     KOORD_BATCH,
-    KOORD_FREE,
-    KOORD_MID,
     KOORD_NONE,
     KOORD_PROD,
     SUB_PRIORITY_LABEL,
@@ -48,9 +47,6 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EVICTION_ENABLED_LABEL = "koordinator.sh/eviction-enabled"
 EVICTION_POLICY_ANNOTATION = "koordinator.sh/eviction-policy"
 BE_MEMORY_EVICT = "BEMemoryEvict"          # the feature names a policy list may hold
-# Koordinator's default priority of each class, for a pod whose spec.priority is unset or 0
-# (apis/extension/priority_utils.go, GetPodPriorityValueWithDefault).
-DEFAULT_PRIORITY = {KOORD_PROD: 9500, KOORD_MID: 7500, KOORD_BATCH: 5500, KOORD_FREE: 3500, KOORD_NONE: 0}
 
 
 def eviction_policy_allows(pod: dict[str, Any], feature: str) -> bool:
