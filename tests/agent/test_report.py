@@ -11,7 +11,7 @@ def test_a_report_of_nothing_measured_names_every_field_with_its_empty_value() -
     assert CycleReport("n1").as_dict() == {
         "node": "n1", "memory": None, "releaseTargetBytes": 0, "evictions": [],
         "batch": {name: 0 for name in BATCH_RESOURCES}, "batchReason": None, "conditions": [],
-        "cgroupWrites": [], "cpuSuppress": None, "capabilitiesOff": {}, "configError": None, "configWarnings": [],
+        "cgroupWrites": [], "cpuSuppress": None, "cpuEviction": [], "capabilitiesOff": {}, "configError": None, "configWarnings": [],
         "configNotices": []}
 
 
@@ -23,7 +23,7 @@ def test_every_part_becomes_its_json_names_in_order() -> None:
                          SuppressReport("cpuset", "0-3", 4.0, None), "bad", ["typo"], ["ignored"])
     out = report.as_dict()
     assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "conditions",
-                         "cgroupWrites", "cpuSuppress", "capabilitiesOff", "configError", "configWarnings",
+                         "cgroupWrites", "cpuSuppress", "cpuEviction", "capabilitiesOff", "configError", "configWarnings",
                          "configNotices"]
     assert (out["configError"], out["configWarnings"], out["configNotices"]) == ("bad", ["typo"], ["ignored"])
     assert out["cpuSuppress"] == {"policy": "cpuset", "beCPUs": "0-3", "cores": 4.0, "fallback": None,

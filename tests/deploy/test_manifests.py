@@ -489,7 +489,8 @@ def test_agent_daemonset(objects: list[Obj]) -> None:
 
 
 BESIDE = {  # the components that leave a capability to Koordinator's own node components -> what they turn off
-    "beside-koordlet": {Capability.MEMORY_EVICTION, Capability.BE_CGROUP_LIMITS, Capability.CPU_SUPPRESS},
+    "beside-koordlet": {Capability.MEMORY_EVICTION, Capability.BE_CGROUP_LIMITS, Capability.CPU_SUPPRESS,
+                        Capability.CPU_EVICTION},
     "beside-koord-manager": {Capability.BATCH_RESOURCES},
 }
 

@@ -261,3 +261,44 @@ def test_at_the_defaults_the_node_status_is_written_about_once_a_minute(scene: S
     print(f"\nnode status batch writes in 125 s at the defaults: {writes}")
     assert writes <= 3
     scene.delete("ls-noise")
+
+
+# -- 8. CPU eviction (BECPUEvict) -----------------------------------------------------------------------------------
+@pytest.mark.timeout(300)
+def test_a_be_pod_starved_below_its_satisfaction_is_evicted_and_one_above_it_left_alone(scene: Scene) -> None:
+    """BECPUEvict: a BE burner asking 400m of batch-cpu is left alone while the besteffort tier gives it more than
+    that, then evicted through the Eviction API, with koordlet's Event, once an LS burner has suppression squeeze
+    the tier below 60 % of what BE pods request."""
+    satisfaction = {"cpuEvictBESatisfactionLowerPercent": 60, "cpuEvictBESatisfactionUpperPercent": 80,
+                    "cpuEvictTimeWindowSeconds": 10}
+    scene.config(COLOCATION, {**THRESHOLDS, **satisfaction})
+    scene.pod("be-starved", labels=PROFILED, command=BURN,
+              resources={"requests": {"cpu": "400m", "memory": "16Mi"}, "limits": {"cpu": "2", "memory": "64Mi"}})
+    scene.running("be-starved")
+    time.sleep(35)   # the window full, the cooldown past: the tier gives BE more than they request
+    said = scene.agent_lines(r"cpu eviction BECPUEvict")
+    assert not said, said
+    alone = scene.node.get("pod", "-n", NS, "be-starved")
+    assert alone.get("status", {}).get("phase") == "Running" and not alone["metadata"].get("deletionTimestamp")
+    quota = CGROUP / "cpu" / "kubepods" / "besteffort" / "cpu.cfs_quota_us"
+    print(f"\nBE burner alone for 35 s: left alone (besteffort quota {quota.read_text().strip()})")
+    scene.pod("ls-burner", priority="koord-prod", labels=LS, command=BURN,
+              resources={"requests": {"cpu": "100m", "memory": "16Mi"}})
+    scene.running("ls-burner")
+    started = time.monotonic()
+
+    def evicted() -> dict[str, Any] | None:
+        events = scene.node.get("events.v1.events.k8s.io", "-n", NS)["items"]
+        found = [e for e in events if e.get("reason") == "evictPodSuccess" and e["regarding"]["name"] == "be-starved"]
+        return found[0] if found else None
+    event = wait("be-starved evicted", evicted, 120, every=0.5)
+    print(f"evicted {time.monotonic() - started:.1f} s after the LS burner ran (quota then "
+          f"{quota.read_text().strip()}): {event['note']}")
+    assert event["reportingController"] == "colocation-agent" and event["type"] == "Warning"
+    assert event["note"] == ("evict Pod:colo-node/be-starved, reason: evicted, message: trigger by koordlet feature "
+                             "BECPUEvict, kill pod: be-starved")
+    wait("be-starved gone", lambda: scene.node.kubectl("get", "pod", "-n", NS, "be-starved",
+                                                        check=False).returncode != 0, 60)
+    assert scene.agent_lines(r"evicted colo-node/be-starved .*BECPUEvict")
+    scene.delete("ls-burner")
+    scene.config(COLOCATION, THRESHOLDS)

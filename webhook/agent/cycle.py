@@ -20,6 +20,7 @@ from webhook.agent.capabilities.batch_resources import BatchResources
 from webhook.agent.capabilities.cgroup_limits import CgroupLimits
 from webhook.agent.capabilities.cgroup_plan import CgroupWrites
 from webhook.agent.capabilities.contract import AgentCapability, CgroupReadings, Cpusets, Readings
+from webhook.agent.capabilities.cpu_eviction import CpuEviction
 from webhook.agent.capabilities.cpu_suppress import CpuSuppress
 from webhook.agent.capabilities.memory_eviction import MemoryEviction
 from webhook.agent.capabilities.node_condition import NodeCondition
@@ -63,11 +64,14 @@ class Agent:
                                           lambda layout: self._files(layout))
         self.batch = BatchResources(*shared)
         self.condition = NodeCondition(*shared)
+        self.cpu_eviction = CpuEviction(*shared)
         # The order of a cycle, the one place that says which capability runs when (as webhook/admission/chain.py
         # orders the rules). Memory eviction comes first, on node memory alone (``cycle``); then these, on the
-        # whole node: the cgroup plan of BE limits and suppression, the batch resources, and the node condition
-        # last, on what memory eviction concluded (``Readings.memory_pressure``).
-        self.order: tuple[AgentCapability[Any], ...] = (self.cgroup_writes, self.batch, self.condition)
+        # whole node: the cgroup plan of BE limits and suppression, CPU eviction (on the besteffort tier's limit
+        # as suppression left it), the batch resources, and the node condition last, on what memory eviction
+        # concluded (``Readings.memory_pressure``).
+        self.order: tuple[AgentCapability[Any], ...] = (self.cgroup_writes, self.cpu_eviction, self.batch,
+                                                        self.condition)
         self._cgroups: CgroupFiles | None = None   # the cgroup files both cgroup capabilities read and write
         self._cpusets = CpusetReader(options.sys_root)
         self._last_collect_error: str | None = None
@@ -136,7 +140,7 @@ class Agent:
         on = self.coexistence.on
         limits, suppression = on(Capability.BE_CGROUP_LIMITS), on(Capability.CPU_SUPPRESS)
         layout = sample.layout
-        if layout is None or not (limits or suppression):
+        if layout is None or not (limits or suppression or self.cpu_eviction.tier_needed(inputs)):
             return None
         files = self._files(layout)
         under, elsewhere = (files.pod_folders([v.obj for v in inputs.pods if v.be], sample.pod_folders, sample.time)

@@ -4,11 +4,12 @@ slo-controller-config in force for the node."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from webhook.agent.domain.cgroup_limits import sandbox_overhead
+from webhook.agent.domain.cpu_eviction import CPUEvictConfig
 from webhook.agent.domain.slo_config import (
     COLOCATION_KEY,
     DATA,
@@ -81,6 +82,7 @@ class Inputs:
     colocation: Colocation
     memory_evict: MemoryEvict
     cpu_suppress: CPUSuppress
+    cpu_evict: CPUEvictConfig = field(default_factory=CPUEvictConfig)
     config_error: str | None = None              # why the ConfigMap is not in force (the last good config is)
     config_notices: tuple[KeyNotice, ...] = ()   # its keys this agent does not use
 
@@ -116,7 +118,8 @@ class ClusterInputs:
         labels = ((node or {}).get("metadata") or {}).get("labels") or {}
         colocation, watermark = self.config.config.for_node(labels)
         return Inputs(node, views, cm is not None, colocation, watermark,
-                      self.config.config.cpu_suppress_for_node(labels), self.config.invalid, self.config.notices)
+                      self.config.config.cpu_suppress_for_node(labels), self.config.config.cpu_evict_for_node(labels),
+                      self.config.invalid, self.config.notices)
 
     def _pod_views(self, pods: list[dict[str, Any]]) -> list[PodView]:
         """Each pod's view, reused while the object is the same; only this cycle's pods are remembered."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,10 +32,29 @@ class EvictionReport:
     priority: int | None
     usage_bytes: int
     reason: str
+    cpu_milli: int | None = None     # a CPU eviction's: the pod's CPU usage, milli-cores
 
     def as_dict(self) -> dict[str, Any]:
-        return {"namespace": self.namespace, "name": self.name, "uid": self.uid, "priority": self.priority,
-                "usageBytes": self.usage_bytes, "reason": self.reason}
+        out = {"namespace": self.namespace, "name": self.name, "uid": self.uid, "priority": self.priority,
+               "usageBytes": self.usage_bytes, "reason": self.reason}
+        if self.cpu_milli is not None:
+            out["cpuMilli"] = self.cpu_milli
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class CPUEvictionReport:
+    """One CPU eviction feature's decision this cycle: what it found, what it would release (None: nothing), and
+    whether the cooldown held it back."""
+
+    feature: str
+    decision: str
+    release: Mapping[str, int] | None = None
+    cooling: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"feature": self.feature, "decision": self.decision,
+                "release": None if self.release is None else dict(self.release), "cooldown": self.cooling}
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +103,7 @@ class CycleReport:
     config_error: str | None = None               # why slo-controller-config is not in force (the last good is)
     config_warnings: list[str] = field(default_factory=list)   # its unknown keys (most likely misspelt)
     config_notices: list[str] = field(default_factory=list)    # its Koordinator keys this agent does not act on
+    cpu_eviction: list[CPUEvictionReport] = field(default_factory=list)   # each CPU eviction feature in force
 
     def as_dict(self) -> dict[str, Any]:
         return {"node": self.node, "memory": None if self.memory is None else self.memory.as_dict(),
@@ -91,5 +112,6 @@ class CycleReport:
                 "batchReason": self.batch_reason, "conditions": [c.as_dict() for c in self.conditions],
                 "cgroupWrites": [w.as_dict() for w in self.cgroup_writes],
                 "cpuSuppress": None if self.cpu_suppress is None else self.cpu_suppress.as_dict(),
+                "cpuEviction": [c.as_dict() for c in self.cpu_eviction],
                 "capabilitiesOff": dict(self.capabilities_off), "configError": self.config_error,
                 "configWarnings": list(self.config_warnings), "configNotices": list(self.config_notices)}

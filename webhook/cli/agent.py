@@ -139,8 +139,9 @@ def _text(out: dict[str, Any]) -> str:
                      f" ({mem['usagePercent']}%)")
     lines.append(f"release target: {out['releaseTargetBytes']} bytes")
     for e in out["evictions"]:
+        usage = f"cpu {e['cpuMilli']}m" if "cpuMilli" in e else f"usage {e['usageBytes']} bytes"
         lines.append(f"evict {e['namespace']}/{e['name']} (uid {e['uid']}, priority {e['priority']}, "
-                     f"usage {e['usageBytes']} bytes): {e['reason']}")
+                     f"{usage}): {e['reason']}")
     if not out["evictions"]:
         lines.append("evictions: none")
     lines.append("batch: " + (", ".join(f"{k}={v}" for k, v in out["batch"].items()) or "off"))
@@ -152,6 +153,9 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(f"cgroup write {w['path']}/{w['file']} = {w['value']}")
     if not out["cgroupWrites"]:
         lines.append("cgroup writes: none")
+    for c in out.get("cpuEviction") or []:
+        held = " (cooldown)" if c["cooldown"] else ""
+        lines.append(f"cpu eviction {c['feature']}: {c['decision']}{held}")
     cpu = out.get("cpuSuppress")
     if cpu and cpu["reason"]:
         lines.append(f"cpu suppress: {cpu['policy']} does not act: {cpu['reason']}")

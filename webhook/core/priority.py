@@ -32,6 +32,8 @@ BANDS: tuple[tuple[str, int, int], ...] = (
     (KOORD_BATCH, 5000, 5999),
     (KOORD_FREE, 3000, 3999),
 )
+# Each class's default priority, for a pod whose spec.priority is unset or 0 (apis/extension/priority_utils.go).
+DEFAULT_PRIORITY = {KOORD_PROD: 9500, KOORD_MID: 7500, KOORD_BATCH: 5500, KOORD_FREE: 3500, KOORD_NONE: 0}
 PRIORITY_CLASS_LABEL = "koordinator.sh/priority-class"
 SUB_PRIORITY_LABEL = "koordinator.sh/priority"
 

@@ -14,6 +14,7 @@ from typing import Any
 from webhook.agent.capabilities.batch_resources import BatchResources
 from webhook.agent.capabilities.cgroup_plan import CgroupWrites
 from webhook.agent.capabilities.contract import AgentCapability, MemoryPressure, Readings
+from webhook.agent.capabilities.cpu_eviction import CpuEviction
 from webhook.agent.capabilities.memory_eviction import MemoryEviction
 from webhook.agent.capabilities.node_condition import NodeCondition
 from webhook.agent.coexistence import Coexistence
@@ -104,7 +105,7 @@ def test_no_decide_reads_a_collector_a_file_or_the_clock() -> None:
 def test_every_capability_the_cycle_runs_implements_the_contract() -> None:
     agent = Agent(AgentOptions("n1"), collector=None)  # type: ignore[arg-type]  # no collector: none may be called   # never measures here
     steps: list[AgentCapability[Any]] = [agent.eviction, *agent.order]
-    assert [type(s) for s in steps] == [MemoryEviction, CgroupWrites, BatchResources, NodeCondition]
+    assert [type(s) for s in steps] == [MemoryEviction, CgroupWrites, CpuEviction, BatchResources, NodeCondition]
     for step in steps:
         assert isinstance(step.names, tuple) and all(isinstance(n, Capability) for n in step.names)
         for method in ("decide", "act"):

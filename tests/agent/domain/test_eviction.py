@@ -180,3 +180,26 @@ def test_releasing_pods_are_credited_before_new_victims() -> None:
 
     victims, _ = select_victims(_tasks(cands, 100 * GI, 70 * GI), EvictionMemory(None, {"uid-b": 0.0}), 10.0, note)
     assert victims == [] and tried == []
+
+
+@pytest.mark.parametrize(("name", "labels", "annotations", "evicted"), [
+    ("no say", {}, {}, True),
+    ("eviction-enabled false", {"koordinator.sh/eviction-enabled": "false"}, {}, False),
+    ("eviction-enabled true", {"koordinator.sh/eviction-enabled": "true"}, {}, True),
+    ("a policy naming BEMemoryEvict", {}, {"koordinator.sh/eviction-policy": '["BEMemoryEvict"]'}, True),
+    ("a policy not naming it", {}, {"koordinator.sh/eviction-policy": '["BECPUEvict"]'}, False),
+    ("a policy that is no JSON", {}, {"koordinator.sh/eviction-policy": "BEMemoryEvict"}, False),
+])
+def test_the_watermark_honours_the_pods_say(name: str, labels: dict[str, str], annotations: dict[str, str],
+                                             evicted: bool) -> None:
+    p = pod("a", "a")
+    p["metadata"]["labels"].update(labels)
+    p["metadata"]["annotations"].update(annotations)
+    assert [c.name for c in rank_watermark(candidates([p], {"a": 100}))] == (["a"] if evicted else [])
+
+
+def test_the_watermark_orders_by_the_priority_label_within_a_priority() -> None:
+    first, second = pod("first", "u1"), pod("second", "u2")
+    first["metadata"]["labels"]["koordinator.sh/priority"] = "10"
+    ranked = rank_watermark(candidates([second, first], {"u1": 1, "u2": 100}))
+    assert [c.name for c in ranked] == ["first", "second"]     # the label before usage

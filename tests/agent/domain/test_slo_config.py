@@ -184,7 +184,7 @@ def test_unknown_keys_are_warned_with_the_nearest_known_key(name: str, data: dic
 def test_koordinator_keys_not_acted_on_are_told_apart() -> None:
     data = {**cm({"enable": True, "batchCPUThresholdPercent": 50, "nodeConfigs": [
         {"name": "a", "nodeSelector": NODE_SELECTOR, "midReclaimMode": "static"}]},
-        {"clusterStrategy": {"cpuEvictPolicy": "evictByRealLimit"}}), "resource-qos-config": "{}"}
+        {"clusterStrategy": {"memoryAllocatableEvictLowerPercent": 100}}), "resource-qos-config": "{}"}
     notices = key_notices(data)
     assert all(n.koordinator for n in notices)
     assert [str(n) for n in notices] == [
@@ -192,12 +192,12 @@ def test_koordinator_keys_not_acted_on_are_told_apart() -> None:
         'colocation-config: key "batchCPUThresholdPercent" is Koordinator\'s but this agent does not act on it',
         'colocation-config: nodeConfigs[0] (name "a"): key "midReclaimMode" is Koordinator\'s but this agent does '
         'not act on it',
-        'resource-threshold-config: clusterStrategy: key "cpuEvictPolicy" is Koordinator\'s but this agent does not '
+        'resource-threshold-config: clusterStrategy: key "memoryAllocatableEvictLowerPercent" is Koordinator\'s but this agent does not '
         'act on it']
     assert [(n.section, n.key) for n in notices] == [("data", "resource-qos-config"),
                                                      ("colocation-config", "batchCPUThresholdPercent"),
                                                      ("colocation-config", "midReclaimMode"),
-                                                     ("resource-threshold-config", "cpuEvictPolicy")]
+                                                     ("resource-threshold-config", "memoryAllocatableEvictLowerPercent")]
 
 
 def test_tracker_tells_each_key_notice_once() -> None:

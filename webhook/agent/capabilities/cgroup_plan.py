@@ -108,10 +108,10 @@ class CgroupWrites:
     def decide(self, readings: Readings) -> CgroupDecision | None:
         """None: nothing read (no kubepods tree, or both capabilities off)."""
         cgroups = readings.cgroups
-        if cgroups is None:
-            return None
         on = self.coexistence.on
         suppression = on(Capability.CPU_SUPPRESS)
+        if cgroups is None or not (suppression or on(Capability.BE_CGROUP_LIMITS)):
+            return None    # read for CPU eviction alone
         be = self.limits.decide(readings) if on(Capability.BE_CGROUP_LIMITS) else None
         under, roots = (be.under, be.elsewhere) if be is not None else ([], [])
         tier = cgroups.tier

@@ -27,6 +27,7 @@ class Capability(StrEnum):
     BATCH_RESOURCES = "batch-resources"      # batch-cpu / batch-memory in the node status
     BE_CGROUP_LIMITS = "be-cgroup-limits"    # BE pods' batch requests and limits in their cgroups
     CPU_SUPPRESS = "cpu-suppress"            # the besteffort cgroup's CPU quota while LS pods need the CPU
+    CPU_EVICTION = "cpu-eviction"            # evictions by CPU: BECPUEvict, CPUAllocatableEvict, CPUEvict
 
 
 # Who does the same in a Koordinator install: what to turn on there when the agent's is off.
@@ -36,6 +37,7 @@ COUNTERPART = {
     Capability.BATCH_RESOURCES: "koord-manager's slo-controller (noderesource, batch resource plugin)",
     Capability.BE_CGROUP_LIMITS: "koordlet's resource executor (batch resource cgroups)",
     Capability.CPU_SUPPRESS: "koordlet's BECPUSuppress feature gate",
+    Capability.CPU_EVICTION: "koordlet's BECPUEvict, CPUAllocatableEvict and CPUEvict feature gates",
 }
 
 

@@ -9,13 +9,22 @@ kubelet's ranking in ``pkg/kubelet/eviction/helpers.go``).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from webhook.agent.domain.thresholds import KUBELET, WATERMARK, Observation, Threshold, amount_to_free, node_low_message
-from webhook.core.qos import is_be, is_terminal
+from webhook.core.priority import (
+    DEFAULT_PRIORITY,
+    KOORD_BATCH,
+    KOORD_NONE,
+    KOORD_PROD,
+    SUB_PRIORITY_LABEL,
+    koord_priority_class,
+)
+from webhook.core.qos import is_be, is_terminal, koord_qos_class, kube_qos_class
 from webhook.core.quantity import int_value
 from webhook.core.resources import MEMORY, pod_requests
 
@@ -28,6 +37,66 @@ COOLDOWN_SECONDS = 4.0            # koordlet --memory-evict-cool-time-seconds
 EVICTED_TTL_SECONDS = 120.0       # koordlet's evicted-pod cache
 CRITICAL_PRIORITY = 2000000000    # kubelet never evicts system-critical pods
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
+
+# What a pod says about its own eviction (koordinator's apis/extension/constants.go, evict.go and
+# pkg/koordlet/qosmanager/plugins/util/evict.go). The features that evict by priority (CPUEvict, MemoryEvict, the
+# allocatable ones) take only pods labelled eviction-enabled "true" (upstream's opt-in); every feature, the BE ones
+# too, leaves a pod labelled "false" alone (this agent's: an explicit opt-out is never overridden). The policy
+# annotation, a JSON list of feature names, restricts which features may evict the pod; one that does not parse
+# lets none. Among pods of one priority, the koordinator.sh/priority label orders (lower first).
+EVICTION_ENABLED_LABEL = "koordinator.sh/eviction-enabled"
+EVICTION_POLICY_ANNOTATION = "koordinator.sh/eviction-policy"
+BE_MEMORY_EVICT = "BEMemoryEvict"          # the feature names a policy list may hold
+
+
+def eviction_policy_allows(pod: dict[str, Any], feature: str) -> bool:
+    """Whether the pod's eviction-policy annotation lets ``feature`` evict it (no annotation: every feature)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(EVICTION_POLICY_ANNOTATION)
+    if raw is None:
+        return True
+    try:
+        listed = json.loads(raw)
+    except (TypeError, ValueError):
+        return False
+    return isinstance(listed, list) and feature in listed
+
+
+def eviction_label(pod: dict[str, Any]) -> str | None:
+    value = ((pod.get("metadata") or {}).get("labels") or {}).get(EVICTION_ENABLED_LABEL)
+    return value if isinstance(value, str) else None
+
+
+def may_evict(pod: dict[str, Any], feature: str, opt_in: bool) -> bool:
+    """The pod's own say: the policy lets ``feature`` evict it, it is not labelled eviction-enabled "false", and
+    (``opt_in``: the features that evict by priority) it is labelled "true"."""
+    label = eviction_label(pod)
+    return label != "false" and (not opt_in or label == "true") and eviction_policy_allows(pod, feature)
+
+
+def priority_class(pod: dict[str, Any]) -> str:
+    """Koordinator's class with defaults (GetPodPriorityClassWithDefault): the raw class, else the QoS's."""
+    raw = koord_priority_class(pod)
+    if raw != KOORD_NONE:
+        return raw
+    qos = koord_qos_class(pod) or {"BestEffort": "BE", "": ""}.get(kube_qos_class(pod), "LS")
+    return KOORD_BATCH if qos == "BE" else KOORD_PROD if qos in ("LS", "LSR", "LSE", "SYSTEM") else KOORD_NONE
+
+
+def priority_value(pod: dict[str, Any]) -> int:
+    """spec.priority when set and not 0, else the class's default (GetPodPriorityValueWithDefault)."""
+    prio = (pod.get("spec") or {}).get("priority")
+    if isinstance(prio, int) and not isinstance(prio, bool) and prio != 0:
+        return prio
+    return DEFAULT_PRIORITY[priority_class(pod)]
+
+
+def label_priority(pod: dict[str, Any], default: int) -> int:
+    """The koordinator.sh/priority label as an integer (GetPodPriorityLabel), ``default`` when absent or not one."""
+    raw = ((pod.get("metadata") or {}).get("labels") or {}).get(SUB_PRIORITY_LABEL)
+    try:
+        return int(raw) if isinstance(raw, str) else default
+    except ValueError:
+        return default
 
 
 class EvictOutcome(StrEnum):
@@ -56,6 +125,8 @@ class Candidate:
     usage: int                    # working-set bytes (pods we cannot measure are never candidates)
     memory_request: int
     terminating: bool = False     # deletionTimestamp set: already releasing
+    sub_priority: int = 0         # the koordinator.sh/priority label (spec.priority when absent)
+    watermark: bool = True        # the pod lets BEMemoryEvict evict it (its eviction labels and annotation)
 
 
 def candidates(pods: Iterable[dict[str, Any]], usage: Mapping[str, int | None],
@@ -85,13 +156,16 @@ def candidates(pods: Iterable[dict[str, Any]], usage: Mapping[str, int | None],
             request = pod_requests(pod).get(MEMORY)
             requested = int_value(request) if request is not None else 0
         out.append(Candidate(meta.get("namespace") or "", meta.get("name") or "", uid, prio, int(used), requested,
-                             bool(meta.get("deletionTimestamp"))))
+                             bool(meta.get("deletionTimestamp")), label_priority(pod, prio or 0),
+                             may_evict(pod, BE_MEMORY_EVICT, opt_in=False)))
     return out
 
 
 def rank_watermark(cands: Iterable[Candidate]) -> list[Candidate]:
-    """Koordinator BEMemoryEvict order: spec.priority ascending, usage descending, then namespace/name."""
-    return sorted(cands, key=lambda c: (c.priority or 0, -c.usage, c.namespace, c.name))
+    """Koordinator BEMemoryEvict order: spec.priority ascending, the koordinator.sh/priority label ascending,
+    usage descending, then namespace/name; only the pods that let BEMemoryEvict evict them."""
+    return sorted((c for c in cands if c.watermark),
+                  key=lambda c: (c.priority or 0, c.sub_priority, -c.usage, c.namespace, c.name))
 
 
 def rank_kubelet(cands: Iterable[Candidate]) -> list[Candidate]:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from webhook.agent.domain.cpu_eviction import CPUEvictConfig
 from webhook.core.selectors import SelectorError, matches, selector_is_empty, validate_selector
 
 COLOCATION_KEY = "colocation-config"
@@ -76,17 +77,6 @@ class _ThresholdNotActed(_Strict):
 
     memoryAllocatableEvictThresholdPercent: int | None = None
     memoryAllocatableEvictLowerPercent: int | None = None
-    cpuEvictBESatisfactionUpperPercent: int | None = None
-    cpuEvictBESatisfactionLowerPercent: int | None = None
-    cpuEvictBEUsageThresholdPercent: int | None = None
-    cpuEvictTimeWindowSeconds: int | None = None
-    cpuEvictThresholdPercent: int | None = None
-    cpuEvictLowerPercent: int | None = None
-    cpuAllocatableEvictThresholdPercent: int | None = None
-    cpuAllocatableEvictLowerPercent: int | None = None
-    cpuEvictPolicy: str | None = None
-    evictEnabledPriorityThreshold: int | None = None
-    allocatableEvictPriorityThreshold: int | None = None
 
 
 class ThresholdStrategy(_ThresholdNotActed):
@@ -96,6 +86,19 @@ class ThresholdStrategy(_ThresholdNotActed):
     cpuSuppressThresholdPercent: int | None = Field(None, ge=0, le=100)
     cpuSuppressMinPercent: int | None = Field(None, ge=0, le=100)
     cpuSuppressPolicy: Literal["cpuset", "cfsQuota"] | None = None
+    # CPU eviction (webhook.agent.domain.cpu_eviction), the ranges of nodeslo_types.go's validate tags and of
+    # koordlet's is*ConfigValid (cpu_evict.go), refused here rather than the feature skipped at run time.
+    cpuEvictBESatisfactionUpperPercent: int | None = Field(None, gt=0, lt=100)
+    cpuEvictBESatisfactionLowerPercent: int | None = Field(None, gt=0, le=60)
+    cpuEvictBEUsageThresholdPercent: int | None = Field(None, ge=0, le=100)
+    cpuEvictTimeWindowSeconds: int | None = Field(None, gt=0)
+    cpuEvictThresholdPercent: int | None = Field(None, ge=0, le=100)
+    cpuEvictLowerPercent: int | None = Field(None, ge=0, le=100)
+    cpuAllocatableEvictThresholdPercent: int | None = Field(None, ge=0)
+    cpuAllocatableEvictLowerPercent: int | None = Field(None, ge=0)
+    cpuEvictPolicy: Literal["evictByRealLimit", "evictByAllocatable"] | None = None
+    evictEnabledPriorityThreshold: int | None = Field(None, ge=-(2**31), lt=2**31)     # int32
+    allocatableEvictPriorityThreshold: int | None = Field(None, ge=0, le=7999)        # never koord-prod
 
 
 class _Keys:
@@ -224,6 +227,11 @@ class SloConfig:
             colo["enable"] = bool(self.colocation.get("enable")) and bool(node.get("enable", colo.get("enable")))
         return Colocation(**colo), _memory_evict(self._threshold_fields(labels))
 
+    def cpu_evict_for_node(self, labels: Mapping[str, str]) -> CPUEvictConfig:
+        fields = self._threshold_fields(labels)
+        given = {k: fields[k] for k in CPUEvictConfig.__dataclass_fields__ if k in fields}  # the rest: defaults
+        return CPUEvictConfig(**{**given, "enable": bool(given.get("enable", False))})
+
     def cpu_suppress_for_node(self, labels: Mapping[str, str]) -> CPUSuppress:
         fields = self._threshold_fields(labels)
         given = {k: fields[k] for k in CPUSuppress.__dataclass_fields__ if k in fields}  # the rest: defaults
@@ -323,6 +331,26 @@ def _check_watermarks(key: str, where: str, fields: Mapping[str, Any]) -> None:
                              f"memoryEvictThresholdPercent ({threshold})")
 
 
+def _check_cpu_evict(key: str, where: str, fields: Mapping[str, Any]) -> None:
+    """The relations between CPU eviction keys koordlet's is*ConfigValid checks (cpu_evict.go)."""
+    cfg = CPUEvictConfig(**{k: v for k, v in fields.items() if k in CPUEvictConfig.__dataclass_fields__})
+    low, up = cfg.cpuEvictBESatisfactionLowerPercent, cfg.cpuEvictBESatisfactionUpperPercent
+    if (low is None) != (up is None):
+        names = ("cpuEvictBESatisfactionLowerPercent", "cpuEvictBESatisfactionUpperPercent")
+        given, missing = names if up is None else names[::-1]
+        raise SloConfigError(f"{key}: {where}{given} is set but {missing} is not: BECPUEvict needs both")
+    if low is not None and up is not None and up < low:
+        raise SloConfigError(f"{key}: {where}cpuEvictBESatisfactionUpperPercent ({up}) must not be less than "
+                             f"cpuEvictBESatisfactionLowerPercent ({low})")
+    if cfg.cpuEvictThresholdPercent is not None and cfg.lower_percent >= cfg.cpuEvictThresholdPercent:
+        raise SloConfigError(f"{key}: {where}cpuEvictLowerPercent ({cfg.lower_percent}) must be less than "
+                             f"cpuEvictThresholdPercent ({cfg.cpuEvictThresholdPercent})")
+    if cfg.cpuAllocatableEvictLowerPercent >= cfg.cpuAllocatableEvictThresholdPercent:
+        raise SloConfigError(f"{key}: {where}cpuAllocatableEvictLowerPercent ({cfg.cpuAllocatableEvictLowerPercent}) "
+                             f"must be less than cpuAllocatableEvictThresholdPercent "
+                             f"({cfg.cpuAllocatableEvictThresholdPercent})")
+
+
 def parse_slo_config(data: Mapping[str, Any] | None) -> SloConfig:
     """Parse the ConfigMap's ``data`` (None, a missing key or an empty value mean the defaults)."""
     data = data or {}
@@ -335,10 +363,12 @@ def parse_slo_config(data: Mapping[str, Any] | None) -> SloConfig:
     strategy = thr_doc.get("clusterStrategy")
     thr = _fields(ThresholdStrategy, THRESHOLD_KEY, "clusterStrategy", {} if strategy is None else strategy)
     _check_watermarks(THRESHOLD_KEY, "clusterStrategy.", thr)
+    _check_cpu_evict(THRESHOLD_KEY, "clusterStrategy.", thr)
     thr_nodes = _overrides(ThresholdStrategy, _THRESHOLD_NODE, THRESHOLD_KEY, "nodeStrategies",
                            thr_doc.get("nodeStrategies"))
     for i, o in enumerate(thr_nodes):
         _check_watermarks(THRESHOLD_KEY, f"nodeStrategies[{i}].", {**thr, **o.fields})
+        _check_cpu_evict(THRESHOLD_KEY, f"nodeStrategies[{i}].", {**thr, **o.fields})
     return SloConfig(colo, colo_nodes, thr, thr_nodes)
 
 
