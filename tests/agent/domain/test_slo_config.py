@@ -183,20 +183,20 @@ def test_unknown_keys_are_warned_with_the_nearest_known_key(name: str, data: dic
 
 def test_koordinator_keys_not_acted_on_are_told_apart() -> None:
     data = {**cm({"enable": True, "batchCPUThresholdPercent": 50, "nodeConfigs": [
-        {"name": "a", "nodeSelector": NODE_SELECTOR, "midReclaimMode": "static"}]},
+        {"name": "a", "nodeSelector": NODE_SELECTOR, "cpuCalculatePolicy": "usage"}]},
         {"clusterStrategy": {"cpuEvictPolicy": "evictByRealLimit"}}), "resource-qos-config": "{}"}
     notices = key_notices(data)
     assert all(n.koordinator for n in notices)
     assert [str(n) for n in notices] == [
         'data: key "resource-qos-config" is Koordinator\'s but this agent does not act on it',
         'colocation-config: key "batchCPUThresholdPercent" is Koordinator\'s but this agent does not act on it',
-        'colocation-config: nodeConfigs[0] (name "a"): key "midReclaimMode" is Koordinator\'s but this agent does '
-        'not act on it',
+        'colocation-config: nodeConfigs[0] (name "a"): key "cpuCalculatePolicy" is Koordinator\'s but this agent '
+        'does not act on it',
         'resource-threshold-config: clusterStrategy: key "cpuEvictPolicy" is Koordinator\'s but this agent does not '
         'act on it']
     assert [(n.section, n.key) for n in notices] == [("data", "resource-qos-config"),
                                                      ("colocation-config", "batchCPUThresholdPercent"),
-                                                     ("colocation-config", "midReclaimMode"),
+                                                     ("colocation-config", "cpuCalculatePolicy"),
                                                      ("resource-threshold-config", "cpuEvictPolicy")]
 
 
