@@ -203,7 +203,7 @@ def _pod(uid: str, priority_class: str, requests: dict[str, str], qos: str | Non
 
 
 PRIORITY = {"koord-prod": 9000, "koord-mid": 7000, "koord-batch": 5000}
-MID_NODE = {"metadata": {"name": NODE, "labels": {}},
+MID_NODE: dict[str, Any] = {"metadata": {"name": NODE, "labels": {}},
             "status": {"capacity": {"cpu": "4", "memory": str(16 * GI)},
                        "allocatable": {"cpu": "4", "memory": str(16 * GI)}}}
 
