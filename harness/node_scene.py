@@ -187,8 +187,9 @@ def cores(path: Path, seconds: float) -> float:
 
 def published(scene: Scene) -> list[dict[str, int]]:
     out = []
-    for line in scene.agent_lines(r"published batch resources on "):
-        found = re.search(r"published batch resources on \S+: (\{.*\})", line)
+    # "published batch and mid resources" since mid is published; the older line too (COLOCATION_TEST_AGENT_TREE).
+    for line in scene.agent_lines(r"published batch (and mid )?resources on "):
+        found = re.search(r"published batch (?:and mid )?resources on \S+: (\{.*\})", line)
         if found:
             out.append({k: int(v) for k, v in json.loads(found.group(1).replace("'", '"')).items()})
     return out

@@ -87,9 +87,9 @@ def test_once_over_files_state(tmp_path: Path, capsys: pytest.CaptureFixture[str
     rc, out, err = run_once(capsys, "--node-name", NODE, "--cluster-state", str(state), "--proc-root", str(proc),
                             "--cgroup-root", str(cg))
     assert rc == 0, err
-    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "conditions",
-                         "cgroupWrites", "cpuSuppress", "cpuEviction", "capabilitiesOff", "configError", "configWarnings",
-                         "configNotices"]
+    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "mid",
+                         "midReason", "conditions", "cgroupWrites", "cpuSuppress", "cpuEviction", "capabilitiesOff",
+                         "configError", "configWarnings", "configNotices"]
     assert out["capabilitiesOff"] == {}
     assert (out["configError"], out["configWarnings"], out["configNotices"]) == (None, [], [])
     # One sample is no CPU rate: nothing is computed, and the node's values (none here) are left as they are.

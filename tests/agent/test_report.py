@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from webhook.agent.domain.cgroup_limits import CgroupWrite
 from webhook.agent.report import Condition, CycleReport, EvictionReport, MemoryReport, SuppressReport
-from webhook.core.resources import BATCH_RESOURCES
+from webhook.core.resources import BATCH_RESOURCES, MID_RESOURCES
 
 
 def test_a_report_of_nothing_measured_names_every_field_with_its_empty_value() -> None:
     assert CycleReport("n1").as_dict() == {
         "node": "n1", "memory": None, "releaseTargetBytes": 0, "evictions": [],
         "batch": {name: 0 for name in BATCH_RESOURCES}, "batchReason": None, "conditions": [],
-        "cgroupWrites": [], "cpuSuppress": None, "cpuEviction": [], "capabilitiesOff": {}, "configError": None, "configWarnings": [],
-        "configNotices": []}
+        "cgroupWrites": [], "cpuSuppress": None, "cpuEviction": [], "capabilitiesOff": {}, "configError": None,
+        "configWarnings": [], "configNotices": [], "mid": {name: 0 for name in MID_RESOURCES}, "midReason": None}
 
 
 def test_every_part_becomes_its_json_names_in_order() -> None:
@@ -20,11 +20,13 @@ def test_every_part_becomes_its_json_names_in_order() -> None:
                          [EvictionReport("ns", "be-0", "uid-0", None, 2048, "EvictPodByNodeMemoryUsage")],
                          {"kubernetes.io/batch-cpu": 1500}, "why", [Condition("C", "True", "R", "m")],
                          [CgroupWrite("kubepods/besteffort", "cpu.cfs_quota_us", "-1")], {"cpu-suppress": "disabled"},
-                         SuppressReport("cpuset", "0-3", 4.0, None), "bad", ["typo"], ["ignored"])
+                         SuppressReport("cpuset", "0-3", 4.0, None), "bad", ["typo"], ["ignored"],
+                         {"kubernetes.io/mid-cpu": 700}, "mid why")
     out = report.as_dict()
-    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "conditions",
-                         "cgroupWrites", "cpuSuppress", "cpuEviction", "capabilitiesOff", "configError", "configWarnings",
-                         "configNotices"]
+    assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "mid",
+                         "midReason", "conditions", "cgroupWrites", "cpuSuppress", "cpuEviction", "capabilitiesOff",
+                         "configError", "configWarnings", "configNotices"]
+    assert (out["mid"], out["midReason"]) == ({"kubernetes.io/mid-cpu": 700}, "mid why")
     assert (out["configError"], out["configWarnings"], out["configNotices"]) == ("bad", ["typo"], ["ignored"])
     assert out["cpuSuppress"] == {"policy": "cpuset", "beCPUs": "0-3", "cores": 4.0, "fallback": None,
                                   "reason": None}

@@ -26,7 +26,8 @@ from harness.apiserver import ReplayAPIServer, load_exchange
 from tests.agent.test_cycle import NODE, NS, _acting_agent, _evict_path, _routes_for_acting
 from tests.cel_check import require_clean
 from webhook.agent.capabilities.node_condition import PRESSURE_CONDITION
-from webhook.core.resources import BATCH_RESOURCES
+from webhook.agent.domain.batch_allocatable import PUBLISHED
+from webhook.core.resources import MID_CPU
 
 celpy = pytest.importorskip("celpy", reason="cel-python is a test extra: pip install -e '.[test]'")
 
@@ -251,12 +252,15 @@ def test_the_agents_own_status_patches_are_admitted(node_status: Policy,
         new = _strategic_merge_status(old, patch)
         assert node_status.evaluate(_status_request(NODE, _user(NODE)), new, old) is None, patch
         old = new
-    # Removing the batch resources (batch off) is the agent's too.
-    removed = _strategic_merge_status(old, {"status": {"capacity": {r: None for r in BATCH_RESOURCES},
-                                                       "allocatable": {r: None for r in BATCH_RESOURCES}}})
+    assert any(MID_CPU in p["status"].get("allocatable", {}) for p in agent_writes[0])   # mid is in them
+    # Removing the batch and mid resources (batch off) is the agent's too.
+    removed = _strategic_merge_status(old, {"status": {"capacity": {r: None for r in PUBLISHED},
+                                                       "allocatable": {r: None for r in PUBLISHED}}})
     assert node_status.evaluate(_status_request(NODE, _user(NODE)), removed, old) is None
 
 
+ONLY_PUBLISHED = ("colocation-agent may only change kubernetes.io/batch-cpu, kubernetes.io/batch-memory, "
+                  "kubernetes.io/mid-cpu and kubernetes.io/mid-memory in a Node's capacity and allocatable")
 BATCH_CPU_PATCH = {"status": {"allocatable": {"kubernetes.io/batch-cpu": "1"}}}
 
 
@@ -265,14 +269,11 @@ BATCH_CPU_PATCH = {"status": {"allocatable": {"kubernetes.io/batch-cpu": "1"}}}
      "colocation-agent on node colo-node-1 may only write the status of its own Node, not colo-node-2"),
     *((case, user, NODE, BATCH_CPU_PATCH, TOKEN_MESSAGE) for case, user in NOT_A_POD_TOKEN.items()),
     ("its node's cpu capacity", _user(NODE), NODE, {"status": {"capacity": {"cpu": "64"}}},
-     "colocation-agent may only change kubernetes.io/batch-cpu and kubernetes.io/batch-memory in a Node's capacity "
-     "and allocatable"),
+     ONLY_PUBLISHED),
     ("a new resource", _user(NODE), NODE, {"status": {"allocatable": {"example.com/gpu": "8"}}},
-     "colocation-agent may only change kubernetes.io/batch-cpu and kubernetes.io/batch-memory in a Node's capacity "
-     "and allocatable"),
+     ONLY_PUBLISHED),
     ("removing memory", _user(NODE), NODE, {"status": {"allocatable": {"memory": None}}},
-     "colocation-agent may only change kubernetes.io/batch-cpu and kubernetes.io/batch-memory in a Node's capacity "
-     "and allocatable"),
+     ONLY_PUBLISHED),
     ("the Ready condition", _user(NODE), NODE, {"status": {"conditions": [{"type": "Ready", "status": "False"}]}},
      "colocation-agent may only change the BEMemoryPressure condition of a Node"),
 ])
@@ -293,7 +294,7 @@ def test_other_users_are_not_matched(node_status: Policy) -> None:
 def test_the_policy_names_what_the_agent_publishes(node_status: Policy) -> None:
     values = {name: program.evaluate({}) for name, (_, program) in node_status.variables
               if name in ("published", "condition")}
-    assert sorted(str(v) for v in values["published"]) == sorted(BATCH_RESOURCES)
+    assert sorted(str(v) for v in values["published"]) == sorted(PUBLISHED)
     assert str(values["condition"]) == PRESSURE_CONDITION
 
 

@@ -285,8 +285,8 @@ def test_the_agent_may_not_change_its_nodes_cpu_nor_ready(default_only: Scene) -
     ok, err = s.patch_status("agent", s.node_a, {"status": {"allocatable": {"cpu": "64"}}})
     assert not ok
     assert _denied(err, "colocation-agent-node-status") == (
-        "colocation-agent may only change kubernetes.io/batch-cpu and kubernetes.io/batch-memory in a Node's "
-        "capacity and allocatable")
+        "colocation-agent may only change kubernetes.io/batch-cpu, kubernetes.io/batch-memory, kubernetes.io/mid-cpu "
+        "and kubernetes.io/mid-memory in a Node's capacity and allocatable")
     ok, err = s.patch_status("agent", s.node_a, {"status": {"conditions": [
         {"type": "Ready", "status": "False", "reason": "Stolen", "lastTransitionTime": "2026-11-28T10:00:00Z"}]}})
     assert not ok

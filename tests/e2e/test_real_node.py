@@ -44,7 +44,7 @@ from harness.node_scene import (
     wait,
 )
 from webhook.core.quantity import parse_quantity
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 
 pytestmark = pytest.mark.xdist_group("real-node")
 
@@ -151,6 +151,43 @@ def test_a_koord_batch_pod_is_converted_by_its_band(scene: Scene) -> None:
     assert "koordinator.sh/mutated" not in pod["metadata"].get("labels", {})
     scene.running("band-job")
     scene.delete("band-job")
+
+
+def test_a_koord_mid_pod_is_converted_and_scheduled_on_the_mid_allocatable_published(scene: Scene) -> None:
+    """The issue: a koord-mid pod stayed Pending (``Insufficient kubernetes.io/mid-cpu``) where nothing published
+    mid allocatable. Static mode reserves 25 % of the node's cpu and memory for mid, published with batch."""
+    scene.config({**COLOCATION, "midReclaimMode": "static", "midStaticCPUReservedPercent": 25,
+                  "midStaticMemoryReservedPercent": 25}, THRESHOLDS)
+    capacity = scene.node.get("node", scene.node.name)["status"]["capacity"]
+    want_cpu = int(parse_quantity(capacity["cpu"]) * 1000) * 25 // 100
+
+    def mid() -> dict[str, str] | None:
+        alloc = scene.allocatable()
+        return alloc if alloc.get(MID_CPU) == str(want_cpu) else None
+    alloc = wait("mid allocatable published", mid, 90)
+    print(f"\nmid published: {MID_CPU}={alloc[MID_CPU]}, {MID_MEMORY}={alloc[MID_MEMORY]}")
+    assert int(alloc[MID_MEMORY]) == int(parse_quantity(capacity["memory"])) * 25 // 100
+    pod = scene.pod("mid-job", priority="koord-mid",
+                    resources={"requests": {"cpu": "200m", "memory": "32Mi"}, "limits": {"cpu": "200m", "memory": "32Mi"}})
+    main = pod["spec"]["containers"][0]["resources"]
+    assert {k: parse_quantity(v) for k, v in main["requests"].items()} == {MID_CPU: 200, MID_MEMORY: 32 * 2**20}
+    running = scene.running("mid-job")
+    assert running["spec"]["nodeName"] == scene.node.name          # the real scheduler placed it on mid-cpu
+    print(f"mid-job Running on {running['spec']['nodeName']} with requests {main['requests']}")
+    # More than the mid allocatable left stays Pending, for want of mid-cpu.
+    scene.pod("mid-too-big", priority="koord-mid",
+              resources={"requests": {"cpu": f"{want_cpu}m"}, "limits": {"cpu": f"{want_cpu}m"}})
+
+    def unschedulable() -> str | None:
+        for c in scene.node.get("pod", "-n", NS, "mid-too-big").get("status", {}).get("conditions") or []:
+            if c["type"] == "PodScheduled" and c["status"] == "False":
+                return str(c.get("message", ""))
+        return None
+    message = wait("mid-too-big unschedulable", unschedulable, 60)
+    print(f"mid-too-big: {message}")
+    assert f"Insufficient {MID_CPU}" in message
+    scene.delete("mid-job", "mid-too-big")
+    scene.config(COLOCATION, THRESHOLDS)
 
 
 # -- 3. a kubelet restart while the formula is below what BE pods request ------------------------------------------

@@ -23,9 +23,9 @@ from webhook.agent.domain.slo_config import (
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.cluster.state import ClusterState
-from webhook.core.qos import is_be, is_terminal, kube_qos_class
+from webhook.core.qos import is_be, is_terminal, kube_qos_class, priority_class_with_default
 from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, CPU, MEMORY, pod_requests
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, CPU, MEMORY, MID_CPU, MID_MEMORY, pod_requests
 
 if TYPE_CHECKING:   # an edge: the type only, so that the capabilities, which read Inputs, load no edge
     from webhook.agent.edges.actions import KubeActions
@@ -57,6 +57,10 @@ class PodView:
     overhead_memory: int = 0
     batch_cpu_request: int = 0       # kubernetes.io/batch-cpu and -memory requested, as the kubelet admits them
     batch_memory_request: int = 0
+    mid_cpu_request: int = 0         # kubernetes.io/mid-cpu and -memory requested, as the kubelet admits them
+    mid_memory_request: int = 0
+    priority_class: str = ""         # Koordinator's, with its default (mid_allocatable)
+    running_or_pending: bool = False
 
 
 def pod_view(pod: dict[str, Any]) -> PodView:
@@ -69,7 +73,11 @@ def pod_view(pod: dict[str, Any]) -> PodView:
                    milli_value(req[CPU]) if CPU in req else 0, int_value(req[MEMORY]) if MEMORY in req else 0,
                    int(overhead.get(BATCH_CPU, 0)), int(overhead.get(BATCH_MEMORY, 0)),
                    int_value(req[BATCH_CPU]) if BATCH_CPU in req else 0,
-                   int_value(req[BATCH_MEMORY]) if BATCH_MEMORY in req else 0)
+                   int_value(req[BATCH_MEMORY]) if BATCH_MEMORY in req else 0,
+                   int_value(req[MID_CPU]) if MID_CPU in req else 0,
+                   int_value(req[MID_MEMORY]) if MID_MEMORY in req else 0,
+                   priority_class_with_default(pod),
+                   (pod.get("status") or {}).get("phase") in ("Running", "Pending"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,8 +9,10 @@ from webhook.cluster.cache_metrics import CacheCollector
 from webhook.cluster.state import ClusterState
 
 NOTIFICATION_SOURCES = ("memcg-threshold", "psi", "memory-events", "sampler")
-# koordlet's units for koordlet_node_resource_allocatable (batch-cpu is an integer count of milli-cores).
-UNITS = {"kubernetes.io/batch-cpu": "integer", "kubernetes.io/batch-memory": "byte"}
+# koordlet's units for koordlet_node_resource_allocatable (batch-cpu and mid-cpu are integer counts of milli-cores;
+# pkg/koordlet/metrics/resource_summary.go, recorded for both tiers by its statesinformer).
+UNITS = {"kubernetes.io/batch-cpu": "integer", "kubernetes.io/batch-memory": "byte",
+         "kubernetes.io/mid-cpu": "integer", "kubernetes.io/mid-memory": "byte"}
 
 
 class AgentMetrics:
@@ -18,7 +20,7 @@ class AgentMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self._cache: CacheCollector | None = None
-        self.allocatable = Gauge("koordlet_node_resource_allocatable", "Batch resources published on the node",
+        self.allocatable = Gauge("koordlet_node_resource_allocatable", "Batch and mid resources published on the node",
                                  ["node", "resource", "unit"], registry=r)
         self.evictions = Counter("colocation_agent_evictions_total", "Pods evicted, by reason",
                                  ["reason"], registry=r)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.agent.domain.cgroup_limits import CgroupWrite
-from webhook.core.resources import BATCH_RESOURCES
+from webhook.core.resources import BATCH_RESOURCES, MID_RESOURCES
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,13 +103,16 @@ class CycleReport:
     config_error: str | None = None               # why slo-controller-config is not in force (the last good is)
     config_warnings: list[str] = field(default_factory=list)   # its unknown keys (most likely misspelt)
     config_notices: list[str] = field(default_factory=list)    # its Koordinator keys this agent does not act on
+    mid: dict[str, int] = field(default_factory=lambda: {name: 0 for name in MID_RESOURCES})
+    mid_reason: str | None = None                 # why a mid value is 0, held, or raised
     cpu_eviction: list[CPUEvictionReport] = field(default_factory=list)   # each CPU eviction feature in force
 
     def as_dict(self) -> dict[str, Any]:
         return {"node": self.node, "memory": None if self.memory is None else self.memory.as_dict(),
                 "releaseTargetBytes": self.release_target_bytes,
                 "evictions": [e.as_dict() for e in self.evictions], "batch": dict(self.batch),
-                "batchReason": self.batch_reason, "conditions": [c.as_dict() for c in self.conditions],
+                "batchReason": self.batch_reason, "mid": dict(self.mid), "midReason": self.mid_reason,
+                "conditions": [c.as_dict() for c in self.conditions],
                 "cgroupWrites": [w.as_dict() for w in self.cgroup_writes],
                 "cpuSuppress": None if self.cpu_suppress is None else self.cpu_suppress.as_dict(),
                 "cpuEviction": [c.as_dict() for c in self.cpu_eviction],

@@ -147,6 +147,9 @@ def _text(out: dict[str, Any]) -> str:
     lines.append("batch: " + (", ".join(f"{k}={v}" for k, v in out["batch"].items()) or "off"))
     if out.get("batchReason"):
         lines.append(f"batch why: {out['batchReason']}")
+    lines.append("mid: " + (", ".join(f"{k}={v}" for k, v in out["mid"].items()) or "off"))
+    if out.get("midReason"):
+        lines.append(f"mid why: {out['midReason']}")
     for c in out["conditions"]:
         lines.append(f"condition {c['type']}={c['status']} ({c['reason']}): {c['message']}")
     for w in out["cgroupWrites"]:

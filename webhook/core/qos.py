@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from webhook.core.priority import KOORD_BATCH
+from webhook.core.priority import KOORD_BATCH, KOORD_NONE, KOORD_PROD, koord_priority_class
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.resources import CPU, MEMORY, pod_level
 
@@ -100,3 +100,14 @@ def _pod_level_qos_class(requests: dict[str, Any], limits: dict[str, Any]) -> st
     if limits.keys() == {CPU, MEMORY} and requests == limits:
         return "Guaranteed"
     return "Burstable"
+
+
+def priority_class_with_default(pod: dict[str, Any]) -> str:
+    """Koordinator's ``GetPodPriorityClassWithDefault`` (``apis/extension/priority_utils.go``): the raw class (label,
+    else the band of spec.priority), else the one its QoS class derives: BE (the label, or the kubelet's
+    BestEffort without one) koord-batch, any other koord-prod."""
+    raw = koord_priority_class(pod)
+    if raw != KOORD_NONE:
+        return raw
+    qos = koord_qos_class(pod) or {"BestEffort": "BE"}.get(kube_qos_class(pod), "LS")
+    return KOORD_BATCH if qos == "BE" else KOORD_PROD

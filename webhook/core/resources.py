@@ -13,6 +13,7 @@ CPU, MEMORY = "cpu", "memory"
 BATCH_CPU, BATCH_MEMORY = "kubernetes.io/batch-cpu", "kubernetes.io/batch-memory"
 MID_CPU, MID_MEMORY = "kubernetes.io/mid-cpu", "kubernetes.io/mid-memory"
 BATCH_RESOURCES = (BATCH_CPU, BATCH_MEMORY)
+MID_RESOURCES = (MID_CPU, MID_MEMORY)
 NATIVE_RESOURCES = (CPU, MEMORY)
 # The legacy ack-slo-manager protocol's names for the same two resources (milli-cores, bytes): read wherever
 # batch-cpu and batch-memory are, never written.

@@ -6,6 +6,7 @@ than the batch requests of the pods bound to the node, and the node status writt
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 from collections.abc import Iterator
@@ -13,16 +14,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
 
 from harness.agent_trees import write_proc
 from harness.apiserver import ReplayAPIServer
 from tests.agent.test_cycle import GI, NODE, _api, _state, write_node, write_state
+from webhook.agent.capabilities.batch_resources import BatchDecision, BatchResources
+from webhook.agent.capabilities.contract import Readings
+from webhook.agent.coexistence import Coexistence
 from webhook.agent.cycle import Agent
+from webhook.agent.domain.batch_allocatable import needs_update, status_patch
+from webhook.agent.domain.coexistence import Capability
+from webhook.agent.domain.sample import PodUsage, Sample
+from webhook.agent.domain.slo_config import Colocation, CPUSuppress, MemoryEvict
 from webhook.agent.edges.actions import KubeActions
 from webhook.agent.edges.collectors import Collector
+from webhook.agent.inputs import Inputs, PodView, pod_view
+from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.cluster.state import ClusterState
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY
 
 pytestmark = pytest.mark.usefixtures("restore_logging")
 STATUS = f"/api/v1/nodes/{NODE}/status"
@@ -180,3 +191,108 @@ def test_withdrawn_is_what_the_bound_pods_request_and_removed_only_without_them(
     agent.cycle(now=2.0)
     last = srv.requests_to("PATCH", STATUS)[-1].body["status"]["allocatable"]
     assert last == {BATCH_CPU: None, BATCH_MEMORY: None}
+
+
+# -- mid resources, decided from hand-made Readings ----------------------------------------------------------------
+def _pod(uid: str, priority_class: str, requests: dict[str, str], qos: str | None = None) -> PodView:
+    labels = {"koordinator.sh/qosClass": qos} if qos else {}
+    return pod_view({"metadata": {"uid": uid, "name": uid, "namespace": "ns", "labels": labels},
+                     "spec": {"priorityClassName": priority_class, "priority": PRIORITY[priority_class],
+                              "containers": [{"name": "c", "resources": {"requests": requests}}]},
+                     "status": {"phase": "Running"}})
+
+
+PRIORITY = {"koord-prod": 9000, "koord-mid": 7000, "koord-batch": 5000}
+MID_NODE: dict[str, Any] = {"metadata": {"name": NODE, "labels": {}},
+            "status": {"capacity": {"cpu": "4", "memory": str(16 * GI)},
+                       "allocatable": {"cpu": "4", "memory": str(16 * GI)}}}
+
+
+def _mid_readings(now: float, colocation: Colocation, pods: list[PodView], busy_milli: float,
+                  node: dict[str, Any] | None = None) -> Readings:
+    inputs = Inputs(node or MID_NODE, pods, True, colocation, MemoryEvict(), CPUSuppress())
+    usage = {p.uid: PodUsage(500.0, GI) for p in pods}
+    return Readings(now, inputs, None, sample=Sample(now, 16 * GI, 12 * GI, 4, busy_milli, usage))
+
+
+def _mid_decide(colocation: Colocation, pods: list[PodView], node: dict[str, Any] | None = None,
+                disabled: frozenset[Capability] = frozenset()) -> BatchDecision:
+    metrics = AgentMetrics()
+    cap = BatchResources(AgentOptions(NODE), Coexistence(disabled, metrics), None, metrics)
+    cap.decide(_mid_readings(0.0, colocation, pods, 2000.0, node))
+    return cap.decide(_mid_readings(1.0, colocation, pods, 2000.0, node))
+
+
+MID_ON = Colocation(enable=True, metricAggregateDurationSeconds=10)
+
+
+def test_mid_is_decided_with_batch_from_what_was_measured() -> None:
+    """A prod pod of 2 cores / 4Gi using 0.5 / 1Gi; the node 2 cores / 4Gi used: system 1.5 cores / 3Gi. Prod
+    reclaimable: by pod 2000 − 550 = 1450, by band max(2000 − (1500 + 500) × 1.1, 0) = 0; memory by pod
+    4Gi − 1.1Gi, by band 4Gi − 4.4Gi < 0: so 0 from it, and midUnallocatedPercent 50 of
+    4000 − max(0, 1500) − 2000 = 500 cores and 16Gi − 3Gi − 4Gi = 9Gi."""
+    prod = _pod("p", "koord-prod", {"cpu": "2", "memory": str(4 * GI)})
+    decision = _mid_decide(dataclasses.replace(MID_ON, midUnallocatedPercent=50), [prod])
+    assert {k: decision.values[k] for k in (MID_CPU, MID_MEMORY)} == {MID_CPU: 250, MID_MEMORY: 9 * GI // 2}
+    assert decision.wanted is not None and set(decision.wanted) == {BATCH_CPU, BATCH_MEMORY, MID_CPU, MID_MEMORY}
+    assert decision.mid_reason is None
+    zero = _mid_decide(MID_ON, [prod])       # the defaults: nothing of the unallocated part
+    assert (zero.values[MID_CPU], zero.values[MID_MEMORY]) == (0, 0)
+    assert zero.mid_reason is not None and zero.mid_reason.startswith("midAllocatable[CPU(milli-core)]:0 = ")
+
+
+def test_mid_in_static_mode_and_the_nodes_ratio_label() -> None:
+    static = dataclasses.replace(MID_ON, midReclaimMode="static", midStaticCPUReservedPercent=25,
+                                 midStaticMemoryReservedPercent=10, midMemoryThresholdPercent=5)
+    decision = _mid_decide(static, [])
+    assert (decision.values[MID_CPU], decision.values[MID_MEMORY]) == (1000, 16 * GI * 5 // 100)
+    labelled = copy.deepcopy(MID_NODE)
+    labelled["metadata"]["labels"] = {"node.koordinator.sh/mid-static-cpu-reserved-ratio": "oops"}
+    ignored = _mid_decide(static, [], labelled)
+    assert ignored.mid_reason == ("node label node.koordinator.sh/mid-static-cpu-reserved-ratio='oops' is ignored: "
+                                  "not a ratio >= 0 (as koord-manager ignores it)")
+
+
+def test_mid_is_never_less_than_the_bound_mid_pods_request() -> None:
+    """The kubelet admits mid pods again against mid allocatable on a restart, as batch ones."""
+    mid = _pod("m", "koord-mid", {MID_CPU: "1500", MID_MEMORY: str(2 * GI)})
+    decision = _mid_decide(MID_ON, [mid])
+    assert (decision.values[MID_CPU], decision.values[MID_MEMORY]) == (1500, 2 * GI)
+    assert decision.mid_reason is not None
+    assert f"{MID_CPU} held at 1500 (the requests of the pods bound to the node) above 0" in decision.mid_reason
+    assert decision.reason is None or MID_CPU not in decision.reason
+    # Withdrawn (colocation off): mid is kept at what its pods request, batch (none requested) removed.
+    off = _mid_decide(Colocation(), [mid])
+    assert off.wanted == {MID_CPU: 1500, MID_MEMORY: 2 * GI}
+
+
+def test_mid_is_off_with_batch_resources_beside_koord_manager() -> None:
+    decision = _mid_decide(MID_ON, [], disabled=frozenset({Capability.BATCH_RESOURCES}))
+    assert decision == BatchDecision({}, None, None)
+
+
+def test_the_patch_carries_mid_with_batch_and_removes_only_what_is_on_the_node() -> None:
+    wanted = {BATCH_CPU: 1000, BATCH_MEMORY: GI, MID_CPU: 300, MID_MEMORY: 0}
+    body = status_patch(wanted, {BATCH_CPU: 900, BATCH_MEMORY: GI})
+    values = {BATCH_CPU: "1000", BATCH_MEMORY: str(GI), MID_CPU: "300", MID_MEMORY: "0"}
+    assert body == {"status": {"capacity": values, "allocatable": values}}
+    removed = status_patch({MID_CPU: 300, MID_MEMORY: 0}, {BATCH_CPU: 900, BATCH_MEMORY: GI, MID_CPU: 300})
+    assert removed["status"] == {k: {BATCH_CPU: None, BATCH_MEMORY: None, MID_CPU: "300", MID_MEMORY: "0"}
+                                 for k in ("capacity", "allocatable")}
+    # A value on the node that is no longer wanted is removed at once, as a missing one is written at once.
+    assert needs_update({BATCH_CPU: 900, MID_CPU: 300}, {MID_CPU: 300}, 0.0, 1.0, 0.1, 300, 60)
+    assert not needs_update({MID_CPU: 300}, {MID_CPU: 310}, 0.0, 1.0, 0.1, 300, 60)
+
+
+def test_the_mid_values_reach_the_report_and_the_gauges(tmp_path: Path, srv: ReplayAPIServer) -> None:
+    agent, _, proc = _agent(tmp_path, srv, {**COLOCATION, "midReclaimMode": "static",
+                                            "midStaticCPUReservedPercent": 10, "midStaticMemoryReservedPercent": 10})
+    agent.cycle(now=0.0)
+    _ticks(proc, busy=1100, idle=9100)
+    out = agent.cycle(now=1.0).as_dict()
+    (patch,) = _batch_patches(srv)
+    assert set(out["mid"]) == {MID_CPU, MID_MEMORY} and out["mid"][MID_CPU] > 0
+    assert {k: int(patch[k]) for k in (MID_CPU, MID_MEMORY)} == out["mid"]
+    text = generate_latest(agent.metrics.registry).decode()
+    assert (f'koordlet_node_resource_allocatable{{node="{NODE}",resource="{MID_CPU}",unit="integer"}} '
+            f'{float(out["mid"][MID_CPU])}') in text

@@ -15,6 +15,8 @@ from webhook.agent.domain.slo_config import (
     MemoryEvict,
     SloConfigError,
     key_notices,
+    label_overrides,
+    label_percent,
     parse_slo_config,
 )
 
@@ -183,20 +185,20 @@ def test_unknown_keys_are_warned_with_the_nearest_known_key(name: str, data: dic
 
 def test_koordinator_keys_not_acted_on_are_told_apart() -> None:
     data = {**cm({"enable": True, "batchCPUThresholdPercent": 50, "nodeConfigs": [
-        {"name": "a", "nodeSelector": NODE_SELECTOR, "midReclaimMode": "static"}]},
+        {"name": "a", "nodeSelector": NODE_SELECTOR, "cpuCalculatePolicy": "usage"}]},
         {"clusterStrategy": {"memoryAllocatableEvictLowerPercent": 100}}), "resource-qos-config": "{}"}
     notices = key_notices(data)
     assert all(n.koordinator for n in notices)
     assert [str(n) for n in notices] == [
         'data: key "resource-qos-config" is Koordinator\'s but this agent does not act on it',
         'colocation-config: key "batchCPUThresholdPercent" is Koordinator\'s but this agent does not act on it',
-        'colocation-config: nodeConfigs[0] (name "a"): key "midReclaimMode" is Koordinator\'s but this agent does '
-        'not act on it',
+        'colocation-config: nodeConfigs[0] (name "a"): key "cpuCalculatePolicy" is Koordinator\'s but this agent '
+        'does not act on it',
         'resource-threshold-config: clusterStrategy: key "memoryAllocatableEvictLowerPercent" is Koordinator\'s but this agent does not '
         'act on it']
     assert [(n.section, n.key) for n in notices] == [("data", "resource-qos-config"),
                                                      ("colocation-config", "batchCPUThresholdPercent"),
-                                                     ("colocation-config", "midReclaimMode"),
+                                                     ("colocation-config", "cpuCalculatePolicy"),
                                                      ("resource-threshold-config", "memoryAllocatableEvictLowerPercent")]
 
 
@@ -224,3 +226,68 @@ def test_tracker_keeps_the_last_good_config_on_a_wrong_type() -> None:
                        'good configuration')
     assert t.invalid == 'colocation-config: enable: Input should be a valid boolean (got "yes")'
     assert t.config.for_node({})[0].enable
+
+
+# -- the mid keys (pkg/slo-controller/noderesource/plugins/midresource/plugin.go) ----------------------------------
+def test_the_mid_keys_default_as_koordinators() -> None:
+    colo, _ = parse_slo_config(cm({"enable": True})).for_node({})
+    assert (colo.midReclaimMode, colo.midCPUThresholdPercent, colo.midMemoryThresholdPercent,
+            colo.midUnallocatedPercent, colo.midStaticCPUReservedPercent,
+            colo.midStaticMemoryReservedPercent) == ("", 100, 100, 0, 0, 0)
+
+
+def test_the_mid_keys_are_read_per_node_and_the_ratio_labels_win() -> None:
+    config = parse_slo_config(cm({
+        "enable": True, "midCPUThresholdPercent": 60, "midUnallocatedPercent": 20, "midReclaimMode": "static",
+        "midStaticCPUReservedPercent": 10, "midStaticMemoryReservedPercent": 15,
+        "nodeConfigs": [{"name": "x", "nodeSelector": NODE_SELECTOR, "midMemoryThresholdPercent": 70,
+                         "midStaticCPUReservedPercent": 30}]}))
+    colo, _ = config.for_node({})
+    assert (colo.midCPUThresholdPercent, colo.midMemoryThresholdPercent, colo.midUnallocatedPercent,
+            colo.midReclaimMode, colo.midStaticCPUReservedPercent) == (60, 100, 20, "static", 10)
+    on_x, _ = config.for_node({"pool": "x"})
+    assert (on_x.midMemoryThresholdPercent, on_x.midStaticCPUReservedPercent,
+            on_x.midStaticMemoryReservedPercent) == (70, 30, 15)
+    labelled, _ = config.for_node({"pool": "x", "node.koordinator.sh/mid-static-cpu-reserved-ratio": "0.29",
+                                   "node.koordinator.sh/mid-static-memory-reserved-ratio": "0.5"})
+    # int64(0.29 * 100) in float64 is 28, as koord-manager truncates it.
+    assert (labelled.midStaticCPUReservedPercent, labelled.midStaticMemoryReservedPercent) == (28, 50)
+
+
+@pytest.mark.parametrize(("raw", "percent"), [("0.1", 10), ("0.12", 12), ("1.5", 150), ("0", 0), ("1e-1", 10),
+                                              ("-0.1", None), ("x", None), ("nan", None), ("inf", None),
+                                              (" 0.1", None), ("0_1", None), ("", None)])
+def test_a_ratio_label_is_read_as_koord_manager_reads_it(raw: str, percent: int | None) -> None:
+    assert label_percent(raw) == percent
+    fields, ignored = label_overrides({"node.koordinator.sh/mid-static-memory-reserved-ratio": raw})
+    assert fields == ({} if percent is None else {"midStaticMemoryReservedPercent": percent})
+    assert ignored == (() if percent is not None else (
+        f"node label node.koordinator.sh/mid-static-memory-reserved-ratio={raw!r} is ignored: not a ratio >= 0 "
+        "(as koord-manager ignores it)",))
+
+
+@pytest.mark.parametrize(("data", "error"), [
+    (cm({"midCPUThresholdPercent": 101}),
+     "colocation-config: midCPUThresholdPercent: Input should be less than or equal to 100 (got 101)"),
+    (cm({"midMemoryThresholdPercent": -1}),
+     "colocation-config: midMemoryThresholdPercent: Input should be greater than or equal to 0 (got -1)"),
+    (cm({"midUnallocatedPercent": "10"}),
+     'colocation-config: midUnallocatedPercent: Input should be a valid integer (got "10")'),
+    (cm({"midStaticCPUReservedPercent": 10.5}),
+     "colocation-config: midStaticCPUReservedPercent: Input should be a valid integer (got 10.5)"),
+    (cm({"nodeConfigs": [{"name": "a", "nodeSelector": NODE_SELECTOR, "midStaticMemoryReservedPercent": 200}]}),
+     "colocation-config: nodeConfigs[0].midStaticMemoryReservedPercent: Input should be less than or equal to 100 "
+     "(got 200)"),
+    (cm({"midReclaimMode": "statc"}), "colocation-config: midReclaimMode: Input should be 'static' (got \"statc\")"),
+    (cm({"midReclaimMode": 1}), "colocation-config: midReclaimMode: Input should be 'static' (got 1)"),
+])
+def test_a_bad_mid_value_is_refused_naming_its_key(data: dict[str, Any], error: str) -> None:
+    with pytest.raises(SloConfigError) as exc:
+        parse_slo_config(data)
+    assert str(exc.value) == error
+
+
+def test_the_mid_keys_are_acted_on_and_a_misspelt_one_warned() -> None:
+    notices = key_notices(cm({"midCPUThresholdPercent": 50, "midUnallocatedPrecent": 10}))
+    assert [str(n) for n in notices] == ['colocation-config: unknown key "midUnallocatedPrecent" is ignored, did you '
+                                         'mean "midUnallocatedPercent"?']

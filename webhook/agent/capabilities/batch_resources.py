@@ -1,6 +1,7 @@
-"""Batch resources (``batch-resources``): batch-cpu and batch-memory computed from the node's measured usage
-over the colocation window (webhook.agent.domain.batch_allocatable) and published in the node status, as
-koord-manager's noderesource controller does."""
+"""Batch resources (``batch-resources``): batch-cpu and batch-memory, and mid-cpu and mid-memory, computed from the
+node's measured usage over the colocation window (webhook.agent.domain.batch_allocatable and mid_allocatable) and
+published in the node status in one patch, as koord-manager's noderesource controller does with its batch and mid
+plugins (one writer of the node's extended resources: docs/agent.md, "Mid resources")."""
 
 from __future__ import annotations
 
@@ -12,14 +13,17 @@ from webhook.agent.capabilities.contract import Readings
 from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain import batch_allocatable as batchcalc
+from webhook.agent.domain import mid_allocatable as midcalc
 from webhook.agent.domain.coexistence import Capability, node_status_overwritten
+from webhook.agent.domain.cpu_suppress import node_reserved
 from webhook.agent.domain.sample import Sample
+from webhook.agent.domain.slo_config import label_overrides
 from webhook.agent.inputs import Inputs, quantity
 from webhook.agent.metrics import UNITS, AgentMetrics
 from webhook.agent.options import AgentOptions
 from webhook.agent.report import CycleReport
 from webhook.core.quantity import int_value, milli_value
-from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY
+from webhook.core.resources import BATCH_RESOURCES, CPU, MEMORY, MID_RESOURCES
 
 if TYPE_CHECKING:
     from webhook.agent.edges.actions import KubeActions
@@ -30,10 +34,11 @@ WRITES_REMEMBERED = 3   # the agent's own node-status writes a late watch may st
 
 @dataclass(frozen=True, slots=True)
 class BatchDecision:
-    values: dict[str, int]          # what the report shows ({} when the capability is off)
+    values: dict[str, int]          # what the report shows, batch and mid ({} when the capability is off)
     wanted: dict[str, int] | None   # what the node status should hold (None: withdrawn)
-    reason: str | None              # why a value is 0, held, or raised above the formula
+    reason: str | None              # why a batch value is 0, held, or raised above the formula
     hold: bool = False              # leave the node's values as they are (nothing new measured)
+    mid_reason: str | None = None   # the same of the mid values
 
 
 class BatchResources(Shared):
@@ -51,6 +56,7 @@ class BatchResources(Shared):
         self._raised: frozenset[str] = frozenset()  # the resources last logged as raised to the pods' requests
         self._withdrawn: str | None = None          # the reason last logged for withdrawing
         self._dry_run_body: dict[str, object] | None = None   # the node-status patch a dry run last logged
+        self._ignored: tuple[str, ...] = ()         # the node's ratio labels last logged as ignored
 
     @property
     def on(self) -> bool:
@@ -81,17 +87,25 @@ class BatchResources(Shared):
                 log.info("batch resources: %s; the node's values are left as they are", why)
                 self._held = why
             current = batchcalc.published(inputs.status.get("allocatable"))
-            shown = {name: current.get(name, 0) for name in BATCH_RESOURCES}
+            shown = {name: current.get(name, 0) for name in batchcalc.PUBLISHED}
             self._gauges(shown)
-            return BatchDecision(shown, None, f"{why}: the node's values are left as they are", hold=True)
+            held = f"{why}: the node's values are left as they are"
+            return BatchDecision(shown, None, held, hold=True, mid_reason=held)
         self._held = None
         computed = self._compute(sample, inputs) if why is None else None
-        floor = batchcalc.admitted((v.batch_cpu_request, v.batch_memory_request)
-                                   for v in inputs.pods if not v.finished)
+        mid = self._compute_mid(sample, inputs) if why is None else None
+        floor = batchcalc.admitted(((v.batch_cpu_request, v.batch_memory_request, v.mid_cpu_request,
+                                     v.mid_memory_request) for v in inputs.pods if not v.finished),
+                                   batchcalc.PUBLISHED)
         # Withdrawn (colocation off, usage data too old) is 0 but for what bound pods request: they stay admitted.
-        result, raised = batchcalc.with_floor(
-            computed.resources() if computed is not None else dict.fromkeys(BATCH_RESOURCES, 0), floor)
-        wanted: dict[str, int] | None = result if computed is not None or any(result.values()) else None
+        formula = dict.fromkeys(batchcalc.PUBLISHED, 0)
+        if computed is not None and mid is not None:
+            formula = {**computed.resources(), **mid.resources()}
+        result, raised = batchcalc.with_floor(formula, floor)
+        # Withdrawn, a tier is kept while its bound pods request it and removed once none does.
+        wanted: dict[str, int] | None = result if computed is not None else {
+            name: result[name] for tier in (BATCH_RESOURCES, MID_RESOURCES) if any(result[n] for n in tier)
+            for name in tier} or None
         if why is not None and colo.enable and why != self._withdrawn:
             log.warning("%s: withdrawing batch resources%s", why,
                         "" if wanted is None else " but for what the pods bound to the node request")
@@ -101,10 +115,23 @@ class BatchResources(Shared):
             for line in raised:
                 log.info("batch resources: %s", line)
             self._raised = names
-        zero = batchcalc.zero_reason(why, computed, self.options.node_name if inputs.node is None else None)
-        reason = "; ".join([*([zero] if zero else []), *raised]) or None
+        missing = self.options.node_name if inputs.node is None else None
+        zero = batchcalc.zero_reason(why, computed, missing)
+        mid_zero = batchcalc.zero_reason(why, mid, missing)
+        ignored = label_overrides(self._labels(inputs))[1]
+        reason = "; ".join([*([zero] if zero else []), *(r for r in raised if r.split(" ", 1)[0] in BATCH_RESOURCES)])
+        mid_reason = "; ".join([*([mid_zero] if mid_zero else []), *ignored,
+                                *(r for r in raised if r.split(" ", 1)[0] in MID_RESOURCES)])
+        if ignored != self._ignored:
+            for line in ignored:
+                log.warning("mid resources: %s", line)
+            self._ignored = ignored
         self._gauges(result)
-        return BatchDecision(result, wanted, reason)
+        return BatchDecision(result, wanted, reason or None, mid_reason=mid_reason or None)
+
+    @staticmethod
+    def _labels(inputs: Inputs) -> dict[str, str]:
+        return dict(((inputs.node or {}).get("metadata") or {}).get("labels") or {})
 
     def _gauges(self, values: dict[str, int]) -> None:
         for name, value in values.items():
@@ -129,10 +156,38 @@ class BatchResources(Shared):
             log.debug("%s", line)
         return result
 
+    def _compute_mid(self, sample: Sample | None, inputs: Inputs) -> midcalc.MidResult:
+        """Mid allocatable from the window's averages (webhook.agent.domain.mid_allocatable): the node's capacity
+        and allocatable (this machine's without a node object, as for batch), what it reserves, and its pods."""
+        status = inputs.status
+        cap, alloc = status.get("capacity") or {}, status.get("allocatable") or {}
+
+        def pair(values: dict[str, object], fallback: tuple[int, int]) -> tuple[int, int]:
+            cpu_q, mem_q = quantity(values.get(CPU)), quantity(values.get(MEMORY))
+            return (milli_value(cpu_q) if cpu_q is not None else fallback[0],
+                    int_value(mem_q) if mem_q is not None else fallback[1])
+        machine = (sample.num_cpus * 1000, sample.mem_total) if sample else (0, 0)
+        allocatable = pair(alloc, machine)
+        capacity = pair(cap, allocatable)
+        node_cpu, node_mem = self.window.average("")
+        used = None if node_cpu is None or node_mem is None else (node_cpu, node_mem)
+        average = self.window.average
+        pods = [midcalc.MidPod(v.priority_class, v.running_or_pending, v.cpu_request_milli, v.memory_request,
+                               *average(v.uid))
+                for v in inputs.pods if not v.finished]
+        node = midcalc.Node(capacity, allocatable, node_reserved(inputs.node), used)
+        result = midcalc.mid_from_usage(inputs.colocation, node, pods)
+        for line in result.explain:
+            log.debug("%s", line)
+        return result
+
     def act(self, readings: Readings, decision: BatchDecision, report: CycleReport) -> None:
         """Publish the values in the node status when they moved enough (or it is time), unless another writer
         has taken them over."""
-        report.batch, report.batch_reason = decision.values, decision.reason
+        values = decision.values
+        report.batch = {k: v for k, v in values.items() if k in BATCH_RESOURCES}
+        report.mid = {k: v for k, v in values.items() if k in MID_RESOURCES}
+        report.batch_reason, report.mid_reason = decision.reason, decision.mid_reason
         now, inputs = readings.now, readings.inputs
         node_name = self.options.node_name
         if not self.on or decision.hold or not self.writes_node(inputs.node):
@@ -149,7 +204,7 @@ class BatchResources(Shared):
         if not batchcalc.needs_update(current, wanted, self.last_update, now, colo.resourceDiffThreshold,
                                       colo.updateTimeThresholdSeconds, colo.metricReportIntervalSeconds):
             return
-        body = batchcalc.status_patch(wanted)
+        body = batchcalc.status_patch(wanted, current)
         if self.options.dry_run:
             # The node status never takes a dry run's patch, so every cycle would send it again: said per change.
             if body != self._dry_run_body:
@@ -157,6 +212,6 @@ class BatchResources(Shared):
                 self._dry_run_body = body
             self.last_update = now
         elif self.actions is not None and self.actions.patch_node_status(body):
-            log.info("published batch resources on %s: %s", node_name, wanted or "removed")
+            log.info("published batch and mid resources on %s: %s", node_name, wanted or "removed")
             self.last_update = now
             self._written = [*self._written[-(WRITES_REMEMBERED - 1):], dict(wanted or {})]

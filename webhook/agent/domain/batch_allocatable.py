@@ -19,8 +19,13 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
+from webhook.agent.domain.mid_allocatable import MidResult
 from webhook.core.quantity import QuantityError, parse_quantity
-from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_RESOURCES
+from webhook.core.resources import BATCH_CPU, BATCH_MEMORY, BATCH_RESOURCES, MID_RESOURCES
+
+# What the batch-resources capability publishes in the node status, in one patch: batch and mid, as koord-manager's
+# noderesource controller writes both plugins' results in one update (docs/agent.md, "Mid resources").
+PUBLISHED = (*BATCH_RESOURCES, *MID_RESOURCES)
 
 
 class PodLoad(NamedTuple):
@@ -136,16 +141,17 @@ def holding(why: str | None, started: float, now: float, degrade_minutes: float)
     return why in (NOTHING_MEASURED, NO_CPU_RATE) and not degraded(started, now, degrade_minutes)
 
 
-def admitted(pods: Iterable[tuple[int, int]]) -> dict[str, int]:
-    """The batch requests of the pods bound to the node and not finished, summed: (batch-cpu, batch-memory) each.
+def admitted(pods: Iterable[tuple[int, ...]], names: tuple[str, ...] = BATCH_RESOURCES) -> dict[str, int]:
+    """The requests of the pods bound to the node and not finished, summed: one value per name of ``names`` each
+    (batch-cpu and batch-memory; with mid-cpu and mid-memory, PUBLISHED).
     The kubelet admits its pods again against the node's allocatable whenever it restarts (pkg/kubelet/lifecycle
     ``predicateAdmitHandler``, through ``noderesources.Fits``) and fails a pod that no longer fits
     (``OutOf<resource>``): publishing less than this would let a kubelet restart kill running BE pods."""
-    cpu = memory = 0
-    for pod_cpu, pod_memory in pods:
-        cpu += pod_cpu
-        memory += pod_memory
-    return {BATCH_CPU: cpu, BATCH_MEMORY: memory}
+    sums = [0] * len(names)
+    for pod in pods:
+        for i, value in enumerate(pod):
+            sums[i] += value
+    return dict(zip(names, sums, strict=True))
 
 
 def with_floor(computed: Mapping[str, int], floor: Mapping[str, int]) -> tuple[dict[str, int], tuple[str, ...]]:
@@ -162,7 +168,7 @@ def with_floor(computed: Mapping[str, int], floor: Mapping[str, int]) -> tuple[d
     return out, tuple(raised)
 
 
-def zero_reason(withheld_why: str | None, result: BatchResult | None, node: str | None) -> str | None:
+def zero_reason(withheld_why: str | None, result: BatchResult | MidResult | None, node: str | None) -> str | None:
     """Why some batch value is 0, in one line: what ``withheld`` said, else the formula's reasons; ``node`` names a
     Node object that was not found (this machine stood in for it, and nothing is published). None when no value
     is 0."""
@@ -227,9 +233,9 @@ class UsageWindow:
 
 
 def published(status: Mapping[str, object] | None) -> dict[str, int]:
-    """Batch values currently on the node (``status.allocatable``), as whole numbers."""
+    """Batch and mid values currently on the node (``status.allocatable``), as whole numbers."""
     out: dict[str, int] = {}
-    for name in BATCH_RESOURCES:
+    for name in PUBLISHED:
         raw = (status or {}).get(name)
         if raw is None:
             continue
@@ -249,8 +255,8 @@ def needs_update(current: Mapping[str, int], wanted: Mapping[str, int] | None, l
     measures every second, so without that interval a value near a 10 % step was written many times a minute
     (154 writes in 13.5 minutes on a real node). A missing value and a removal are written at once."""
     if wanted is None:
-        return any(name in current for name in BATCH_RESOURCES)
-    if any(name not in current for name in wanted):
+        return any(name in current for name in PUBLISHED)
+    if any(name not in current for name in wanted) or any(name not in wanted for name in current):
         return True
     if last_update is None or now - last_update > update_seconds:
         return True
@@ -259,10 +265,12 @@ def needs_update(current: Mapping[str, int], wanted: Mapping[str, int] | None, l
     return any(abs(new - current[name]) > current[name] * diff_threshold for name, new in wanted.items())
 
 
-def status_patch(wanted: Mapping[str, int] | None) -> dict[str, object]:
-    """Strategic-merge patch body for ``nodes/status``: set both maps, or null the keys to remove them."""
-    values: dict[str, object] = ({name: None for name in BATCH_RESOURCES} if wanted is None
-                                 else {name: str(v) for name, v in wanted.items()})
+def status_patch(wanted: Mapping[str, int] | None, current: Iterable[str] = BATCH_RESOURCES) -> dict[str, object]:
+    """Strategic-merge patch body for ``nodes/status``: set both maps to ``wanted``, and null the keys of
+    ``current`` (the names on the node now) that are not wanted (all of them: ``wanted`` None) to remove them."""
+    wanted = wanted or {}
+    values: dict[str, object] = {name: None for name in current if name not in wanted}
+    values.update((name, str(v)) for name, v in wanted.items())
     return {"status": {"capacity": dict(values), "allocatable": dict(values)}}
 
 

@@ -24,7 +24,7 @@ from webhook.agent.domain.cgroup_limits import CgroupWrite
 class Capability(StrEnum):
     MEMORY_EVICTION = "memory-eviction"      # BE evictions past the slo-controller-config watermark
     KUBELET_EVICTION = "kubelet-eviction"    # BE evictions past the --eviction-* thresholds
-    BATCH_RESOURCES = "batch-resources"      # batch-cpu / batch-memory in the node status
+    BATCH_RESOURCES = "batch-resources"      # batch-cpu / batch-memory and mid-cpu / mid-memory in the node status
     BE_CGROUP_LIMITS = "be-cgroup-limits"    # BE pods' batch requests and limits in their cgroups
     CPU_SUPPRESS = "cpu-suppress"            # the besteffort cgroup's CPU quota while LS pods need the CPU
     CPU_EVICTION = "cpu-eviction"            # evictions by CPU: BECPUEvict, CPUAllocatableEvict, CPUEvict
@@ -34,7 +34,7 @@ class Capability(StrEnum):
 COUNTERPART = {
     Capability.MEMORY_EVICTION: "koordlet's BEMemoryEvict feature gate",
     Capability.KUBELET_EVICTION: "the kubelet's own --eviction-* thresholds (for all pods, not BE first)",
-    Capability.BATCH_RESOURCES: "koord-manager's slo-controller (noderesource, batch resource plugin)",
+    Capability.BATCH_RESOURCES: "koord-manager's slo-controller (noderesource, batch and mid resource plugins)",
     Capability.BE_CGROUP_LIMITS: "koordlet's resource executor (batch resource cgroups)",
     Capability.CPU_SUPPRESS: "koordlet's BECPUSuppress feature gate",
     Capability.CPU_EVICTION: "koordlet's BECPUEvict, CPUAllocatableEvict and CPUEvict feature gates",

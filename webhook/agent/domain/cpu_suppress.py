@@ -31,8 +31,8 @@ from typing import Any
 
 from webhook.agent.domain.cgroup_limits import UNLIMITED
 from webhook.agent.domain.cpuset import MAX_INCREASE_RATIO, cpuset_size, node_reservation
-from webhook.core.quantity import QuantityError, milli_value, parse_quantity
-from webhook.core.resources import CPU
+from webhook.core.quantity import QuantityError, int_value, milli_value, parse_quantity
+from webhook.core.resources import CPU, MEMORY
 
 CFS_QUOTA_POLICY = "cfsQuota"
 BE_MIN_QUOTA = 2000                 # µs per period: koordlet's floor for the besteffort quota
@@ -91,29 +91,43 @@ def next_be_quota(target: int, current: int, capacity_cores: int, period: int) -
     return min(target, current + int(capacity_cores * period * MAX_INCREASE_RATIO))   # scale up slowly
 
 
-def _quantity_milli(raw: Any) -> int | None:
+def _quantity(raw: Any, milli: bool) -> int | None:
     try:
-        return milli_value(parse_quantity(raw)) if raw is not None else None
+        if raw is None:
+            return None
+        q = parse_quantity(raw)
+        return milli_value(q) if milli else int_value(q)
     except QuantityError:
         return None
 
 
-def node_reserved_milli(node: Mapping[str, Any] | None) -> int:
-    """max(kubelet reserved = capacity − allocatable, the ``node.koordinator.sh/reservation`` annotation)."""
+def node_reserved(node: Mapping[str, Any] | None) -> tuple[int, int]:
+    """(cpu milli-cores, memory bytes) the node reserves: per resource, max(kubelet reserved = capacity −
+    allocatable, the ``node.koordinator.sh/reservation`` annotation: its ``reservedCPUs`` counted as whole CPUs in
+    place of its ``resources.cpu``, as ``GetNodeReservationResources``)."""
     status = (node or {}).get("status") or {}
-    capacity = _quantity_milli((status.get("capacity") or {}).get(CPU))
-    allocatable = _quantity_milli((status.get("allocatable") or {}).get(CPU))
-    kubelet = max(capacity - allocatable, 0) if capacity is not None and allocatable is not None else 0
     doc = node_reservation(node)
-    annotated = 0
-    if doc is not None:
-        cpus = doc.get("reservedCPUs")
-        size = cpuset_size(cpus) if isinstance(cpus, str) and cpus else None
-        if size is not None:
-            annotated = size * 1000
-        elif isinstance(doc.get("resources"), dict):
-            annotated = _quantity_milli(doc["resources"].get(CPU)) or 0
-    return max(kubelet, annotated)
+    given = doc.get("resources") if doc is not None else None
+    resources: Mapping[str, Any] = given if isinstance(given, dict) else {}
+    out = []
+    for name, milli in ((CPU, True), (MEMORY, False)):
+        capacity = _quantity((status.get("capacity") or {}).get(name), milli)
+        allocatable = _quantity((status.get("allocatable") or {}).get(name), milli)
+        kubelet = max(capacity - allocatable, 0) if capacity is not None and allocatable is not None else 0
+        annotated = _quantity(resources.get(name), milli) or 0
+        if name == CPU and doc is not None:
+            cpus = doc.get("reservedCPUs")
+            size = cpuset_size(cpus) if isinstance(cpus, str) and cpus else None
+            if size is not None:
+                annotated = size * 1000
+        out.append(max(kubelet, annotated))
+    return out[0], out[1]
+
+
+def node_reserved_milli(node: Mapping[str, Any] | None) -> int:
+    """The cpu of ``node_reserved``: max(kubelet reserved = capacity − allocatable, the
+    ``node.koordinator.sh/reservation`` annotation)."""
+    return node_reserved(node)[0]
 
 
 def capacity_cores(capacity_milli: int) -> int:

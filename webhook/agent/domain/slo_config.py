@@ -48,12 +48,6 @@ class _ColocationNotActed(_Strict):
     metricAggregatePolicy: dict[str, Any] | None = None        # AggregatePolicy
     metricMemoryCollectPolicy: str | None = None
     cpuCalculatePolicy: str | None = None
-    midReclaimMode: str | None = None
-    midCPUThresholdPercent: int | None = None
-    midMemoryThresholdPercent: int | None = None
-    midUnallocatedPercent: int | None = None
-    midStaticCPUReservedPercent: int | None = None
-    midStaticMemoryReservedPercent: int | None = None
     batchCPUThresholdPercent: int | None = None
     batchMemoryThresholdPercent: int | None = None
     extensions: dict[str, Any] | None = None                   # ColocationStrategyExtender
@@ -69,6 +63,15 @@ class ColocationStrategy(_ColocationNotActed):
     degradeTimeMinutes: int | None = Field(None, ge=1)
     updateTimeThresholdSeconds: int | None = Field(None, ge=1)
     resourceDiffThreshold: float | None = Field(None, gt=0, le=1)
+    # The mid tier (pkg/slo-controller/noderesource/plugins/midresource/plugin.go): the bounds are the struct's
+    # validate tags (min=0,max=100). Upstream takes any midReclaimMode but "static" for the default mode; the agent
+    # refuses another value, as it refuses an unknown memoryCalculatePolicy (most likely misspelt).
+    midReclaimMode: Literal["static"] | None = None
+    midCPUThresholdPercent: int | None = Field(None, ge=0, le=100)
+    midMemoryThresholdPercent: int | None = Field(None, ge=0, le=100)
+    midUnallocatedPercent: int | None = Field(None, ge=0, le=100)
+    midStaticCPUReservedPercent: int | None = Field(None, ge=0, le=100)
+    midStaticMemoryReservedPercent: int | None = Field(None, ge=0, le=100)
 
 
 class _ThresholdNotActed(_Strict):
@@ -180,6 +183,50 @@ class Colocation:
     degradeTimeMinutes: int = 15
     updateTimeThresholdSeconds: int = 300
     resourceDiffThreshold: float = 0.1
+    # Koordinator's defaults (pkg/util/sloconfig/colocation_config.go DefaultColocationStrategy); "" is the
+    # default (usage-based) mode.
+    midReclaimMode: str = ""
+    midCPUThresholdPercent: int = 100
+    midMemoryThresholdPercent: int = 100
+    midUnallocatedPercent: int = 0
+    midStaticCPUReservedPercent: int = 0
+    midStaticMemoryReservedPercent: int = 0
+
+
+# The node labels that override the static mid reserve, as ratios (apis/extension/node_colocation.go), and the
+# fields they set (pkg/util/sloconfig/colocation_config.go UpdateColocationStrategyForNode).
+MID_STATIC_LABELS = {"node.koordinator.sh/mid-static-cpu-reserved-ratio": "midStaticCPUReservedPercent",
+                     "node.koordinator.sh/mid-static-memory-reserved-ratio": "midStaticMemoryReservedPercent"}
+
+
+def label_percent(raw: str) -> int | None:
+    """A ratio label as koord-manager reads it (``getNodeReclaimPercent``): a float, ``int64(v * 100)`` truncated in
+    float64 arithmetic (Python's float is the same IEEE double); None for what it ignores (not a number, negative).
+    Infinity and NaN, which Go's ParseFloat takes and whose ``int64`` Go leaves undefined, are ignored too."""
+    try:
+        value = float(raw.strip()) if raw.strip() == raw and "_" not in raw else None
+    except ValueError:
+        return None
+    if value is None or value != value or value in (float("inf"), float("-inf")) or value < 0:
+        return None
+    return int(value * 100)
+
+
+def label_overrides(labels: Mapping[str, str]) -> tuple[dict[str, int], tuple[str, ...]]:
+    """The fields the mid ratio labels set, and a line for each such label that is ignored (koord-manager ignores
+    it too, logging at V(5): said here so that it is not silent)."""
+    fields: dict[str, int] = {}
+    ignored = []
+    for label, name in MID_STATIC_LABELS.items():
+        raw = labels.get(label)
+        if raw is None:
+            continue
+        percent = label_percent(raw)
+        if percent is None:
+            ignored.append(f"node label {label}={raw!r} is ignored: not a ratio >= 0 (as koord-manager ignores it)")
+        else:
+            fields[name] = percent
+    return fields, tuple(ignored)
 
 
 DEFAULT_EVICT_THRESHOLD = 70  # koordlet's memoryEvictThresholdPercent
@@ -225,6 +272,8 @@ class SloConfig:
             colo.update(node)
             # The cluster switch wins: enable:false there disables every node (isColocationCfgDisabled).
             colo["enable"] = bool(self.colocation.get("enable")) and bool(node.get("enable", colo.get("enable")))
+        # The node's ratio labels win over the ConfigMap, nodeConfigs included (UpdateColocationStrategyForNode).
+        colo.update(label_overrides(labels)[0])
         return Colocation(**colo), _memory_evict(self._threshold_fields(labels))
 
     def cpu_evict_for_node(self, labels: Mapping[str, str]) -> CPUEvictConfig:
