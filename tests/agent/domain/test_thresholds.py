@@ -157,6 +157,20 @@ def test_grace_period_hysteresis_and_transition() -> None:
     assert r.acting == () and r.pressure
 
 
+def test_a_watermark_no_longer_in_force_stops_acting() -> None:
+    """Found on a real node (tests/e2e/test_real_node.py): a watermark lowered below the node's usage for a while and
+    put back to 99 % went on acting, as a met threshold stays met until its reclaim is done, and evicted every BE pod
+    that came after. The kubelet's thresholds never change while it runs; slo-controller-config's do."""
+    used = {MEMORY_AVAILABLE: Observation(6 * GI, 8 * GI)}            # 25 % used
+    lowered, back = watermark_threshold(20, 18), watermark_threshold(99, 97)
+    r = evaluate([lowered], used, EngineState(), now=0.0)
+    assert r.acting == (lowered,)
+    r = evaluate([lowered], used, r.state, now=1.0)
+    assert r.acting == (lowered,)                                       # still met: still acting
+    r = evaluate([back], used, r.state, now=2.0)
+    assert r.acting == () and r.observed == ()
+
+
 def test_unobserved_signal_is_never_met() -> None:
     ts = parse_thresholds(hard="nodefs.available<10%")
     assert evaluate(ts, {MEMORY_AVAILABLE: Observation(0, GI)}, EngineState(), 0.0).observed == ()

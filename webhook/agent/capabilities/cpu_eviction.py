@@ -21,13 +21,7 @@ from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain import cpu_eviction as ce
 from webhook.agent.domain.cgroup_limits import DEFAULT_CFS_PERIOD, UNLIMITED
 from webhook.agent.domain.coexistence import Capability
-from webhook.agent.domain.eviction import (
-    EVENT_ACTION,
-    EVENT_REASON_FAIL,
-    EVENT_REASON_SUCCESS,
-    EvictionMemory,
-    EvictOutcome,
-)
+from webhook.agent.domain.eviction import EVENT_REASON_SUCCESS, EvictionMemory
 from webhook.agent.inputs import Inputs, quantity
 from webhook.agent.metrics import AgentMetrics
 from webhook.agent.options import AgentOptions
@@ -171,28 +165,9 @@ class CpuEviction(Shared):
                                                v.feature, v.pod.used_milli) for v in victims)
 
     def _try_evict(self, v: ce.CPUVictim) -> bool:
-        p, reason = v.pod, ce.REASON_PREFIX + v.feature
-        message = ce.event_message(p.namespace, p.name, v.feature)
-        if self.options.dry_run:
-            log.info("dry-run: would evict %s/%s (uid %s, priority %d, cpu %sm), %s, need %s", p.namespace, p.name,
-                     p.uid, p.priority, p.used_milli, reason, dict(v.need))
-            return True
-        if self.actions is None:
-            return True   # planning only (``once``)
-        result = self.actions.evict(p.namespace, p.name, p.uid)
-        pod = {"kind": "Pod", "apiVersion": "v1", "namespace": p.namespace, "name": p.name, "uid": p.uid}
-        if result.outcome is not EvictOutcome.EVICTED:
-            log.warning("eviction of %s/%s %s (%s): %s", p.namespace, p.name, result.outcome.value, result.code,
-                        result.message)
-            self.metrics.eviction_failures.labels(v.feature, result.outcome.value).inc()
-            if result.outcome is not EvictOutcome.GONE:
-                self.actions.event(pod, EVENT_REASON_FAIL, f"{message}, error {result.message or result.outcome}",
-                                   EVENT_ACTION)
-            return False
-        log.info("evicted %s/%s (cpu %sm), %s, need %s", p.namespace, p.name, p.used_milli, reason, dict(v.need))
-        self.metrics.evictions.labels(v.feature).inc()
-        self.actions.event(pod, EVENT_REASON_SUCCESS, message, EVENT_ACTION)
-        return True
+        p = v.pod
+        return self.evict(p.namespace, p.name, p.uid, v.feature, ce.event_message(p.namespace, p.name, v.feature),
+                          EVENT_REASON_SUCCESS, f"priority {p.priority}, cpu {p.used_milli}m, need {dict(v.need)}")
 
 
 def _milli(resource: str, raw: Any) -> int:

@@ -17,12 +17,9 @@ from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain.coexistence import Capability
 from webhook.agent.domain.eviction import (
-    EVENT_ACTION,
-    EVENT_REASON_FAIL,
     EVENT_REASON_SUCCESS,
     EVICT_BY_NODE_MEMORY_USAGE,
     EvictionMemory,
-    EvictOutcome,
     Task,
     Victim,
     build_tasks,
@@ -153,27 +150,8 @@ class MemoryEviction(Shared):
 
     def _try_evict(self, v: Victim) -> bool:
         c = v.candidate
-        if self.options.dry_run:
-            log.info("dry-run: would evict %s/%s (uid %s, priority %s, usage %d bytes), reason %s, need %d: %s",
-                     c.namespace, c.name, c.uid, c.priority, c.usage, v.reason, v.need, v.message)
-            return True
-        if self.actions is None:
-            return True  # planning only (``once``)
-        if self.first_evict_at is None:
+        if self.actions is not None and not self.options.dry_run and self.first_evict_at is None:
             self.first_evict_at = time.monotonic()
-        result = self.actions.evict(c.namespace, c.name, c.uid)
-        pod = {"kind": "Pod", "apiVersion": "v1", "namespace": c.namespace, "name": c.name, "uid": c.uid}
-        if result.outcome is not EvictOutcome.EVICTED:
-            log.warning("eviction of %s/%s %s (%s): %s", c.namespace, c.name, result.outcome.value,
-                        result.code, result.message)
-            self.metrics.eviction_failures.labels(v.reason, result.outcome.value).inc()
-            if result.outcome is not EvictOutcome.GONE:   # no Event about a pod that is not there
-                self.actions.event(pod, EVENT_REASON_FAIL, f"{v.message}, error {result.message or result.outcome}",
-                                   EVENT_ACTION)
-            return False
-        log.info("evicted %s/%s (usage %d bytes), reason %s, need %d", c.namespace, c.name, c.usage,
-                 v.reason, v.need)
-        self.metrics.evictions.labels(v.reason).inc()
         reason = EVENT_REASON_SUCCESS if v.reason == EVICT_BY_NODE_MEMORY_USAGE else v.reason
-        self.actions.event(pod, reason, v.message, EVENT_ACTION)
-        return True
+        return self.evict(c.namespace, c.name, c.uid, v.reason, v.message, reason,
+                          f"priority {c.priority}, usage {c.usage} bytes, need {v.need}")

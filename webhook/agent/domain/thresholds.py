@@ -281,13 +281,17 @@ def evaluate(thresholds: Iterable[Threshold], observations: Mapping[str, Observa
              now: float, transition_period: float = DEFAULT_PRESSURE_TRANSITION_PERIOD) -> PassResult:
     """One kubelet synchronize pass over ``thresholds``; signals without an observation are never met."""
     observed: list[Threshold] = []
-    for t in thresholds:
+    in_force = tuple(thresholds)
+    for t in in_force:
         obs = observations.get(t.signal)
         if obs is not None and is_met(t, obs, False):
             observed.append(t)
+    # The kubelet keeps a threshold met until its minimum reclaim is released; its thresholds never change while it
+    # runs, ours do (slo-controller-config): one no longer in force is dropped, or a watermark lowered for a while
+    # and put back would go on evicting BE pods under the value that replaced it.
     for t in state.met:
         obs = observations.get(t.signal)
-        if t not in observed and obs is not None and is_met(t, obs, True):
+        if t in in_force and t not in observed and obs is not None and is_met(t, obs, True):
             observed.append(t)
     first = {t: state.first_observed.get(t, now) for t in observed}
     last_pressure = state.pressure_last_observed
