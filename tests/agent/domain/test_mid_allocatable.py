@@ -5,7 +5,6 @@ from what it measures in place of koordlet's prediction."""
 
 from __future__ import annotations
 
-from fractions import Fraction
 from typing import Any
 
 import pytest
@@ -69,7 +68,7 @@ def test_koordinators_plugin_cases(case: str, strategy: dict[str, Any], usage: t
                                    system: tuple[int, int], reclaimable: tuple[int, int],
                                    expected: tuple[int, int], free: tuple[int, int]) -> None:
     colo = Colocation(enable=True, degradeTimeMinutes=10, **strategy)
-    got_free = unallocated(CAPACITY, RESERVED, (Fraction(system[0]), Fraction(system[1])), PODS)
+    got_free = unallocated(CAPACITY, RESERVED, (float(system[0]), float(system[1])), PODS)
     assert got_free == free, case
     result = mid_allocatable(colo, CAPACITY, _unused(usage), reclaimable, got_free)
     assert (result.cpu_milli, result.memory) == expected, case
@@ -93,15 +92,15 @@ def test_unallocated_counts_the_running_and_pending_pods_outside_the_low_bands()
     pods = [MidPod(KOORD_PROD, True, 1000, G, None, None), MidPod(KOORD_NONE, True, 2000, 2 * G, None, None),
             MidPod(KOORD_MID, True, 4000, 4 * G, None, None), MidPod(KOORD_PROD, False, 8000, 8 * G, None, None)]
     # reserved: max(kubelet/annotation 500 m / 1G, system usage 700 m / 0.5G)
-    assert unallocated((10_000, 16 * G), (500, G), (Fraction(700), Fraction(G // 2)), pods) == (6300, 12 * G)
-    assert unallocated((1000, G), (0, 0), (Fraction(0), Fraction(0)), pods) == (0, 0)
+    assert unallocated((10_000, 16 * G), (500, G), (700.0, float(G // 2)), pods) == (6300, 12 * G)
+    assert unallocated((1000, G), (0, 0), (0.0, 0.0), pods) == (0, 0)
 
 
 def test_system_usage_is_the_node_beyond_its_pods() -> None:
     pods = [MidPod(KOORD_PROD, True, 0, 0, 300.5, 10.0), MidPod(KOORD_BATCH, True, 0, 0, None, 5.0)]
-    assert system_usage((1000.5, 100.0), pods) == (Fraction(700), Fraction(85))
-    assert system_usage((100.0, 1.0), pods) == (Fraction(0), Fraction(0))
-    assert system_usage(None, pods) == (Fraction(0), Fraction(0))
+    assert system_usage((1000.5, 100.0), pods) == (700.0, 85.0)
+    assert system_usage((100.0, 1.0), pods) == (0.0, 0.0)
+    assert system_usage(None, pods) == (0.0, 0.0)
 
 
 def test_prod_reclaimable_is_the_smaller_of_koordlets_two_predictors() -> None:
@@ -110,14 +109,14 @@ def test_prod_reclaimable_is_the_smaller_of_koordlets_two_predictors() -> None:
     # 16G − (1G + 4G) × 1.1 = 10.5G. A batch pod and a mid pod count in neither.
     pods = [MidPod(KOORD_PROD, True, 4000, 8 * G, 1000.0, 2.0 * G), MidPod(KOORD_PROD, True, 4000, 8 * G, 1000.0, 2.0 * G),
             MidPod(KOORD_BATCH, True, 3000, 3 * G, 2000.0, 2.0 * G), MidPod(KOORD_MID, True, 1000, G, 500.0, G / 2)]
-    system = (Fraction(400), Fraction(G))
+    system = (400.0, float(G))
     assert prod_reclaimable((10_000, 32 * G), pods, system) == (5360, 10_500_000_000)
     # The allocatable caps both: allocatable − Σ peak (by pod), allocatable − band peak (by band).
     assert prod_reclaimable((4000, 6 * G), pods, system) == (1360, 500_000_000)
     # A prod pod never measured: nothing by pod, its request by band.
     unmeasured = [MidPod(KOORD_PROD, True, 4000, 8 * G, None, None)]
-    assert prod_reclaimable((10_000, 32 * G), unmeasured, (Fraction(0), Fraction(0))) == (0, 0)
-    assert prod_reclaimable((10_000, 32 * G), [*unmeasured, pods[0]], (Fraction(0), Fraction(0))) == (2900, 5_800_000_000)
+    assert prod_reclaimable((10_000, 32 * G), unmeasured, (0.0, 0.0)) == (0, 0)
+    assert prod_reclaimable((10_000, 32 * G), [*unmeasured, pods[0]], (0.0, 0.0)) == (2900, 5_800_000_000)
 
 
 def test_from_usage_puts_the_parts_together() -> None:
