@@ -33,11 +33,17 @@ from webhook.agent.domain.priority_eviction import EVICTED as EVICTED
 from webhook.agent.domain.priority_eviction import REASON_PREFIX as REASON_PREFIX
 from webhook.agent.domain.priority_eviction import REQUEST as REQUEST
 from webhook.agent.domain.priority_eviction import USED as USED
-from webhook.agent.domain.priority_eviction import TaskVictim, class_resource, select_task_victims
+from webhook.agent.domain.priority_eviction import (
+    TaskVictim,
+    allocatable_contribution,
+    class_resource,
+    lifecycle,
+    select_task_victims,
+)
 from webhook.agent.domain.priority_eviction import event_message as event_message
 from webhook.agent.domain.priority_eviction import priority_victims as priority_victims
 from webhook.agent.domain.priority_eviction import release_by_allocatable as release_by_allocatable
-from webhook.core.qos import is_be, is_terminal
+from webhook.core.qos import is_be
 from webhook.core.resources import BATCH_CPU, CPU
 
 BE_CPU_EVICT, CPU_ALLOCATABLE_EVICT, CPU_EVICT = "BECPUEvict", "CPUAllocatableEvict", "CPUEvict"
@@ -147,11 +153,10 @@ def pod_cpu(pod: dict[str, Any], request: Mapping[str, int], used_milli: float |
     meta = pod.get("metadata") or {}
     resource = class_resource(pod, CPU)
     prio = priority_value(pod)
-    phase = (pod.get("status") or {}).get("phase")
     return PodCPU(meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "", pod, is_be(pod),
                   prio, label_priority(pod, prio), resource, int(request.get(resource, 0)),
                   int(request.get(BATCH_CPU, 0)), None if used_milli is None else int(used_milli),
-                  not is_terminal(pod) and phase in (None, "Pending", "Running"), bool(meta.get("deletionTimestamp")))
+                  *lifecycle(pod))
 
 
 # -- what each feature releases --------------------------------------------------------------------------------
@@ -265,7 +270,7 @@ class CPUTask:
             return {CPU: pod.used_milli or 0}
         if self.feature == BE_CPU_EVICT:
             return {BATCH_CPU: pod.batch_request_milli}
-        return {pod.resource: pod.request_milli} if pod.resource in self.release else {}
+        return allocatable_contribution(pod, self.release)
 
     @property
     def reason(self) -> str:

@@ -15,6 +15,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from webhook.agent.domain.eviction import EvictionMemory, may_evict, priority_class
 from webhook.core.priority import KOORD_BATCH, KOORD_MID
+from webhook.core.qos import is_terminal
 
 REASON_PREFIX = "trigger by koordlet feature "   # qosmanagerUtil.EvictReasonPrefix
 EVICTED = "evicted"                      # the reason koordlet's Evictor is given (EvictedStr)
@@ -26,6 +27,13 @@ def class_resource(pod: dict[str, Any], native: str) -> str:
     koord-batch kubernetes.io/batch-*, koord-mid kubernetes.io/mid-*, any other class the native one."""
     prefix = {KOORD_BATCH: "kubernetes.io/batch-", KOORD_MID: "kubernetes.io/mid-"}.get(priority_class(pod))
     return native if prefix is None else prefix + native
+
+
+def lifecycle(pod: dict[str, Any]) -> tuple[bool, bool]:
+    """Whether the pod is active (Pending or Running, ``IsPodInactive`` negated) and whether it is terminating."""
+    phase = (pod.get("status") or {}).get("phase")
+    return (not is_terminal(pod) and phase in (None, "Pending", "Running"),
+            bool((pod.get("metadata") or {}).get("deletionTimestamp")))
 
 
 class RankedPod(Protocol):
@@ -75,6 +83,12 @@ def release_by_allocatable(pods: Iterable[RankedPod], allocatable: Mapping[str, 
         elif total / node > threshold_percent / 100:
             out[resource] = int(total - lower_percent / 100 * node)
     return {r: v for r, v in out.items() if v > 0}
+
+
+def allocatable_contribution(pod: RankedPod, release: Mapping[str, int]) -> dict[str, int]:
+    """What evicting ``pod`` releases of an xxxAllocatableEvict task's ``release``: its request, of the resource
+    its class asks for, when that resource is to be released (``GetPodResourceFunc``)."""
+    return {pod.resource: pod.request} if pod.resource in release else {}
 
 
 def priority_victims(pods: Iterable[P], feature: str, priority_threshold: int, by: Callable[[P], int]) -> list[P]:
