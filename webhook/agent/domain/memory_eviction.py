@@ -57,7 +57,7 @@ class PodMemory:
     terminating: bool = False      # deletionTimestamp set
 
 
-def pod_memory(pod: dict[str, Any], request: Mapping[str, int], used: int | None) -> PodMemory:
+def memory_pod(pod: dict[str, Any], request: Mapping[str, int], used: int | None) -> PodMemory:
     """``request``: the pod's memory requests, bytes, by resource name (memory, batch-memory, mid-memory)."""
     meta = pod.get("metadata") or {}
     resource = class_resource(pod, MEMORY)
