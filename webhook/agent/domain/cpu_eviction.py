@@ -28,16 +28,16 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.agent.domain.eviction import EvictionMemory, label_priority, may_evict, priority_value
+from webhook.agent.domain.eviction import EvictionMemory, may_evict
 from webhook.agent.domain.priority_eviction import EVICTED as EVICTED
 from webhook.agent.domain.priority_eviction import REASON_PREFIX as REASON_PREFIX
 from webhook.agent.domain.priority_eviction import REQUEST as REQUEST
 from webhook.agent.domain.priority_eviction import USED as USED
 from webhook.agent.domain.priority_eviction import (
+    RankedPod,
     TaskVictim,
     allocatable_contribution,
-    class_resource,
-    lifecycle,
+    ranked_fields,
     select_task_victims,
 )
 from webhook.agent.domain.priority_eviction import event_message as event_message
@@ -122,41 +122,26 @@ class Window:
 
 # -- the pods ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class PodCPU:
-    """What CPU eviction needs of one pod."""
+class PodCPU(RankedPod):
+    """What CPU eviction needs of one pod: ``resource`` the CPU resource its class requests (batch-cpu, mid-cpu,
+    cpu), ``request`` of it and ``used``, milli-cores."""
 
-    namespace: str
-    name: str
-    uid: str
-    obj: dict[str, Any] = field(repr=False, compare=False)
-    be: bool                       # Koordinator QoS BE
-    priority: int                  # GetPodPriorityValueWithDefault
-    sub_priority: int              # the koordinator.sh/priority label, the priority when absent
-    resource: str                  # the CPU resource its class requests (batch-cpu, mid-cpu, cpu)
-    request_milli: int             # of that resource, milli-cores
-    batch_request_milli: int       # its batch-cpu request (the BE satisfaction's)
-    used_milli: int | None         # its CPU usage this cycle; None: not measured
-    active: bool = True            # Pending or Running
-    terminating: bool = False      # deletionTimestamp set
+    be: bool = field(default=False, kw_only=True)                 # Koordinator QoS BE
+    batch_request_milli: int = field(default=0, kw_only=True)     # its batch-cpu request (the BE satisfaction's)
 
     @property
-    def request(self) -> int:
-        return self.request_milli
+    def request_milli(self) -> int:
+        return self.request
 
     @property
-    def used(self) -> int | None:
-        return self.used_milli
+    def used_milli(self) -> int | None:
+        return self.used
 
 
 def pod_cpu(pod: dict[str, Any], request: Mapping[str, int], used_milli: float | None) -> PodCPU:
     """``request``: the pod's CPU requests, milli-cores, by resource name (cpu, batch-cpu, mid-cpu)."""
-    meta = pod.get("metadata") or {}
-    resource = class_resource(pod, CPU)
-    prio = priority_value(pod)
-    return PodCPU(meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "", pod, is_be(pod),
-                  prio, label_priority(pod, prio), resource, int(request.get(resource, 0)),
-                  int(request.get(BATCH_CPU, 0)), None if used_milli is None else int(used_milli),
-                  *lifecycle(pod))
+    return PodCPU(**ranked_fields(pod, CPU, request, None if used_milli is None else int(used_milli)), be=is_be(pod),
+                  batch_request_milli=int(request.get(BATCH_CPU, 0)))
 
 
 # -- what each feature releases --------------------------------------------------------------------------------

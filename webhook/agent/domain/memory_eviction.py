@@ -20,17 +20,18 @@ The priority features take only pods labelled ``koordinator.sh/eviction-enabled:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeAlias
 
-from webhook.agent.domain.eviction import MEMORY_EVICT, Candidate, label_priority, priority_value
+from webhook.agent.domain.eviction import MEMORY_EVICT as MEMORY_EVICT
+from webhook.agent.domain.eviction import Candidate
 from webhook.agent.domain.priority_eviction import (
     REQUEST,
+    RankedPod,
     allocatable_contribution,
-    class_resource,
     event_message,
-    lifecycle,
     priority_victims,
+    ranked_fields,
     release_by_allocatable,
 )
 from webhook.agent.domain.slo_config import MemoryEvict
@@ -40,31 +41,12 @@ MEMORY_ALLOCATABLE_EVICT = "MemoryAllocatableEvict"
 FEATURES = ("BEMemoryEvict", MEMORY_ALLOCATABLE_EVICT, MEMORY_EVICT)     # koordlet's order
 
 
-@dataclass(frozen=True, slots=True)
-class PodMemory:
-    """What the memory priority features need of one pod (a ``priority_eviction.RankedPod``)."""
-
-    namespace: str
-    name: str
-    uid: str
-    obj: dict[str, Any] = field(repr=False, compare=False)
-    priority: int                  # GetPodPriorityValueWithDefault
-    sub_priority: int              # the koordinator.sh/priority label, the priority when absent
-    resource: str                  # the memory resource its class requests (batch-memory, mid-memory, memory)
-    request: int                   # of that resource, bytes
-    used: int | None               # its working set; None: not measured
-    active: bool = True            # Pending or Running
-    terminating: bool = False      # deletionTimestamp set
+PodMemory: TypeAlias = RankedPod   # ``resource`` the memory resource its class requests, ``request``, ``used`` bytes
 
 
 def memory_pod(pod: dict[str, Any], request: Mapping[str, int], used: int | None) -> PodMemory:
     """``request``: the pod's memory requests, bytes, by resource name (memory, batch-memory, mid-memory)."""
-    meta = pod.get("metadata") or {}
-    resource = class_resource(pod, MEMORY)
-    prio = priority_value(pod)
-    return PodMemory(meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "", pod, prio,
-                     label_priority(pod, prio), resource, int(request.get(resource, 0)), used,
-                     *lifecycle(pod))
+    return PodMemory(**ranked_fields(pod, MEMORY, request, used))
 
 
 def may_rank(p: PodMemory, cfg: MemoryEvict) -> bool:

@@ -10,10 +10,10 @@ and ``calculate*ReleaseByAllocatableThresholdPercent`` (``cpuevict/cpu_evict.go`
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar
 
-from webhook.agent.domain.eviction import EvictionMemory, may_evict, priority_class
+from webhook.agent.domain.eviction import EvictionMemory, label_priority, may_evict, priority_class, priority_value
 from webhook.core.priority import KOORD_BATCH, KOORD_MID
 from webhook.core.qos import is_terminal
 
@@ -36,31 +36,32 @@ def lifecycle(pod: dict[str, Any]) -> tuple[bool, bool]:
             bool((pod.get("metadata") or {}).get("deletionTimestamp")))
 
 
-class RankedPod(Protocol):
-    """What the priority features need of a pod (PodCPU, PodMemory)."""
+@dataclass(frozen=True, slots=True)
+class RankedPod:
+    """What the priority features need of a pod (CPU eviction's PodCPU adds its own; memory's is this)."""
 
-    @property
-    def namespace(self) -> str: ...
-    @property
-    def name(self) -> str: ...
-    @property
-    def uid(self) -> str: ...
-    @property
-    def obj(self) -> dict[str, Any]: ...
-    @property
-    def priority(self) -> int: ...        # GetPodPriorityValueWithDefault
-    @property
-    def sub_priority(self) -> int: ...    # the koordinator.sh/priority label, the priority when absent
-    @property
-    def resource(self) -> str: ...        # what its class requests of the family (class_resource)
-    @property
-    def request(self) -> int: ...         # of that resource (milli-cores, bytes)
-    @property
-    def used(self) -> int | None: ...     # its usage this cycle; None: not measured
-    @property
-    def active(self) -> bool: ...         # Pending or Running
-    @property
-    def terminating(self) -> bool: ...    # deletionTimestamp set
+    namespace: str
+    name: str
+    uid: str
+    obj: dict[str, Any] = field(repr=False, compare=False)
+    priority: int                  # GetPodPriorityValueWithDefault
+    sub_priority: int              # the koordinator.sh/priority label, the priority when absent
+    resource: str                  # what its class requests of the family (class_resource)
+    request: int                   # of that resource (milli-cores, bytes)
+    used: int | None               # its usage this cycle; None: not measured
+    active: bool = True            # Pending or Running
+    terminating: bool = False      # deletionTimestamp set
+
+
+def ranked_fields(pod: dict[str, Any], native: str, request: Mapping[str, int], used: int | None) -> dict[str, Any]:
+    """A ``RankedPod``'s fields for ``pod``: ``request`` its requests of ``native``'s family by resource name."""
+    meta = pod.get("metadata") or {}
+    resource = class_resource(pod, native)
+    prio = priority_value(pod)
+    active, terminating = lifecycle(pod)
+    return {"namespace": meta.get("namespace") or "", "name": meta.get("name") or "", "uid": meta.get("uid") or "",
+            "obj": pod, "priority": prio, "sub_priority": label_priority(pod, prio), "resource": resource,
+            "request": int(request.get(resource, 0)), "used": used, "active": active, "terminating": terminating}
 
 
 P = TypeVar("P", bound=RankedPod)
