@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, TypeAlias
 
 from webhook.agent.domain.eviction import MEMORY_EVICT as MEMORY_EVICT
-from webhook.agent.domain.eviction import Candidate
+from webhook.agent.domain.eviction import Candidate, eviction_label
 from webhook.agent.domain.priority_eviction import (
     REQUEST,
     RankedPod,
@@ -50,9 +50,9 @@ def memory_pod(pod: dict[str, Any], request: Mapping[str, int], used: int | None
 
 
 def may_rank(p: PodMemory, cfg: MemoryEvict) -> bool:
-    """Whether a priority feature in force could take ``p`` (before its usage is measured): what the cycle
-    measures beside the BE pods."""
-    return p.active and any(t is not None and p.priority <= t for t in (
+    """Whether a priority feature in force could take ``p`` (before its usage is measured: active, labelled
+    eviction-enabled, up to its priority threshold): what the cycle measures beside the BE pods."""
+    return p.active and eviction_label(p.obj) == "true" and any(t is not None and p.priority <= t for t in (
         cfg.evictEnabledPriorityThreshold if cfg.memory_evict else None,
         cfg.allocatableEvictPriorityThreshold if cfg.allocatable_evict else None))
 
