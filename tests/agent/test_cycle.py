@@ -88,8 +88,8 @@ def test_once_over_files_state(tmp_path: Path, capsys: pytest.CaptureFixture[str
                             "--cgroup-root", str(cg))
     assert rc == 0, err
     assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "mid",
-                         "midReason", "conditions", "cgroupWrites", "cpuSuppress", "cpuEviction", "capabilitiesOff",
-                         "configError", "configWarnings", "configNotices"]
+                         "midReason", "conditions", "cgroupWrites", "cpuSuppress", "cpuEviction", "memoryEviction",
+                         "capabilitiesOff", "configError", "configWarnings", "configNotices"]
     assert out["capabilitiesOff"] == {}
     assert (out["configError"], out["configWarnings"], out["configNotices"]) == (None, [], [])
     # One sample is no CPU rate: nothing is computed, and the node's values (none here) are left as they are.
@@ -151,9 +151,10 @@ TYPO_WARNING = ('slo-controller-config: resource-threshold-config: clusterStrate
 def _typo_data() -> dict[str, str]:
     data = recorded("configmaps-get-slo-controller-config")["data"]
     thr = json.loads(data["resource-threshold-config"])
-    thr["clusterStrategy"] = {**thr["clusterStrategy"], "memoryEvictThresholdPrecent": 40,
-                              "memoryAllocatableEvictLowerPercent": 100}
-    return {**data, "resource-threshold-config": json.dumps(thr)}
+    thr["clusterStrategy"] = {**thr["clusterStrategy"], "memoryEvictThresholdPrecent": 40}
+    colo = json.loads(data["colocation-config"])
+    return {**data, "resource-threshold-config": json.dumps(thr),
+            "colocation-config": json.dumps({**colo, "batchCPUThresholdPercent": 50})}
 
 
 @pytest.mark.parametrize("output", ["json", "text"])
@@ -166,8 +167,7 @@ def test_once_warns_a_misspelt_key_with_the_nearest_known_one(tmp_path: Path, ca
     assert rc == 0, err
     assert err.count(TYPO_WARNING) == 1 and " WARNING colocation-agent: " + TYPO_WARNING in err
     warning = TYPO_WARNING.removeprefix("slo-controller-config: ")
-    notice = ('resource-threshold-config: clusterStrategy: key "memoryAllocatableEvictLowerPercent" is Koordinator\'s but this agent '
-              'does not act on it')
+    notice = 'colocation-config: key "batchCPUThresholdPercent" is Koordinator\'s but this agent does not act on it'
     if output == "text":
         assert f"config warning: {warning}\n" in out and f"config notice: {notice}\n" in out
         return

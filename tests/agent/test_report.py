@@ -11,7 +11,8 @@ def test_a_report_of_nothing_measured_names_every_field_with_its_empty_value() -
     assert CycleReport("n1").as_dict() == {
         "node": "n1", "memory": None, "releaseTargetBytes": 0, "evictions": [],
         "batch": {name: 0 for name in BATCH_RESOURCES}, "batchReason": None, "conditions": [],
-        "cgroupWrites": [], "cpuSuppress": None, "cpuEviction": [], "capabilitiesOff": {}, "configError": None,
+        "cgroupWrites": [], "cpuSuppress": None, "cpuEviction": [], "memoryEviction": [], "capabilitiesOff": {},
+        "configError": None,
         "configWarnings": [], "configNotices": [], "mid": {name: 0 for name in MID_RESOURCES}, "midReason": None}
 
 
@@ -24,8 +25,8 @@ def test_every_part_becomes_its_json_names_in_order() -> None:
                          {"kubernetes.io/mid-cpu": 700}, "mid why")
     out = report.as_dict()
     assert list(out) == ["node", "memory", "releaseTargetBytes", "evictions", "batch", "batchReason", "mid",
-                         "midReason", "conditions", "cgroupWrites", "cpuSuppress", "cpuEviction", "capabilitiesOff",
-                         "configError", "configWarnings", "configNotices"]
+                         "midReason", "conditions", "cgroupWrites", "cpuSuppress", "cpuEviction", "memoryEviction",
+                         "capabilitiesOff", "configError", "configWarnings", "configNotices"]
     assert (out["mid"], out["midReason"]) == ({"kubernetes.io/mid-cpu": 700}, "mid why")
     assert (out["configError"], out["configWarnings"], out["configNotices"]) == ("bad", ["typo"], ["ignored"])
     assert out["cpuSuppress"] == {"policy": "cpuset", "beCPUs": "0-3", "cores": 4.0, "fallback": None,

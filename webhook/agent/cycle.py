@@ -92,13 +92,13 @@ class Agent:
         self.eviction.begin_cycle()
         if self.actions is not None:
             self.actions.begin_cycle()
-        # Node memory and, only when a threshold acts, the BE pods' memory are measured (and the Eviction requests
-        # made) before the rest of the node, which a notified cycle would otherwise measure on its way to the
-        # request.
+        # Node memory and, only when a threshold acts (or memory requests are past the allocatable), the pods'
+        # memory are measured (and the Eviction requests made) before the rest of the node, which a notified cycle
+        # would otherwise measure on its way to the request.
         memory = self._measured(self.collector.node_memory, "no eviction this cycle")
         readings = Readings(now, inputs, memory)
         if memory is not None and self.eviction.pod_memory_needed(readings):
-            be_memory = self.collector.pod_memory(now, [v.uid for v in inputs.pods if v.be])
+            be_memory = self.collector.pod_memory(now, self.eviction.pods_to_measure(inputs))
             readings = dataclasses.replace(readings, be_memory=be_memory)
         eviction = self.eviction.decide(readings)
         self.eviction.act(readings, eviction, report)

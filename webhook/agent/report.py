@@ -44,8 +44,8 @@ class EvictionReport:
 
 @dataclass(frozen=True, slots=True)
 class CPUEvictionReport:
-    """One CPU eviction feature's decision this cycle: what it found, what it would release (None: nothing), and
-    whether the cooldown held it back."""
+    """One eviction feature's decision this cycle (CPU eviction's, and memory eviction's priority features): what
+    it found, what it would release (None: nothing), and whether the cooldown held it back."""
 
     feature: str
     decision: str
@@ -106,6 +106,7 @@ class CycleReport:
     mid: dict[str, int] = field(default_factory=lambda: {name: 0 for name in MID_RESOURCES})
     mid_reason: str | None = None                 # why a mid value is 0, held, or raised
     cpu_eviction: list[CPUEvictionReport] = field(default_factory=list)   # each CPU eviction feature in force
+    memory_eviction: list[CPUEvictionReport] = field(default_factory=list)  # MemoryEvict, MemoryAllocatableEvict
 
     def as_dict(self) -> dict[str, Any]:
         return {"node": self.node, "memory": None if self.memory is None else self.memory.as_dict(),
@@ -116,5 +117,6 @@ class CycleReport:
                 "cgroupWrites": [w.as_dict() for w in self.cgroup_writes],
                 "cpuSuppress": None if self.cpu_suppress is None else self.cpu_suppress.as_dict(),
                 "cpuEviction": [c.as_dict() for c in self.cpu_eviction],
+                "memoryEviction": [c.as_dict() for c in self.memory_eviction],
                 "capabilitiesOff": dict(self.capabilities_off), "configError": self.config_error,
                 "configWarnings": list(self.config_warnings), "configNotices": list(self.config_notices)}

@@ -156,9 +156,10 @@ def _text(out: dict[str, Any]) -> str:
         lines.append(f"cgroup write {w['path']}/{w['file']} = {w['value']}")
     if not out["cgroupWrites"]:
         lines.append("cgroup writes: none")
-    for c in out.get("cpuEviction") or []:
-        held = " (cooldown)" if c["cooldown"] else ""
-        lines.append(f"cpu eviction {c['feature']}: {c['decision']}{held}")
+    for family in ("cpu", "memory"):
+        for c in out.get(f"{family}Eviction") or []:
+            held = " (cooldown)" if c["cooldown"] else ""
+            lines.append(f"{family} eviction {c['feature']}: {c['decision']}{held}")
     cpu = out.get("cpuSuppress")
     if cpu and cpu["reason"]:
         lines.append(f"cpu suppress: {cpu['policy']} does not act: {cpu['reason']}")

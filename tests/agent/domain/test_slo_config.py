@@ -187,19 +187,17 @@ def test_koordinator_keys_not_acted_on_are_told_apart() -> None:
     data = {**cm({"enable": True, "batchCPUThresholdPercent": 50, "nodeConfigs": [
         {"name": "a", "nodeSelector": NODE_SELECTOR, "cpuCalculatePolicy": "usage"}]},
         {"clusterStrategy": {"memoryAllocatableEvictLowerPercent": 100}}), "resource-qos-config": "{}"}
+    # memoryAllocatableEvict*Percent are acted on (MemoryAllocatableEvict): no notice for them.
     notices = key_notices(data)
     assert all(n.koordinator for n in notices)
     assert [str(n) for n in notices] == [
         'data: key "resource-qos-config" is Koordinator\'s but this agent does not act on it',
         'colocation-config: key "batchCPUThresholdPercent" is Koordinator\'s but this agent does not act on it',
         'colocation-config: nodeConfigs[0] (name "a"): key "cpuCalculatePolicy" is Koordinator\'s but this agent '
-        'does not act on it',
-        'resource-threshold-config: clusterStrategy: key "memoryAllocatableEvictLowerPercent" is Koordinator\'s but this agent does not '
-        'act on it']
+        'does not act on it']
     assert [(n.section, n.key) for n in notices] == [("data", "resource-qos-config"),
                                                      ("colocation-config", "batchCPUThresholdPercent"),
-                                                     ("colocation-config", "cpuCalculatePolicy"),
-                                                     ("resource-threshold-config", "memoryAllocatableEvictLowerPercent")]
+                                                     ("colocation-config", "cpuCalculatePolicy")]
 
 
 def test_tracker_tells_each_key_notice_once() -> None:

@@ -67,15 +67,18 @@ class CgroupReadings:
 class Readings:
     """What the cycle measured, for every capability to decide from.
 
-    The cycle measures in two stages: node memory (and the BE pods' memory when a memory threshold acts) first,
-    for memory eviction, whose requests go out before the rest of the node is measured; then the CPU/cgroup
+    The cycle measures in two stages: node memory (and the pods' memory when a memory threshold acts or memory
+    requests are past the allocatable) first, for memory eviction, whose requests go out before the rest of the
+    node is measured; then the CPU/cgroup
     ``sample`` and the cgroup folders for the others, with what memory eviction concluded (``memory_pressure``).
     """
 
     now: float
     inputs: Inputs
     memory: tuple[int, int] | None                    # (MemTotal, MemAvailable); None: unreadable this cycle
-    be_memory: Mapping[str, int | None] | None = None  # BE pod uid -> working set; None: not measured
+    # pod uid -> working set, of the pods memory eviction may rank (the BE pods, and those MemoryEvict or
+    # MemoryAllocatableEvict could take: MemoryEviction.pods_to_measure); None: not measured
+    be_memory: Mapping[str, int | None] | None = None
     sample: Sample | None = None                      # None: not measured (yet, or unreadable)
     cgroups: CgroupReadings | None = None             # None: no kubepods tree, or both cgroup capabilities off
     memory_pressure: MemoryPressure = field(default_factory=MemoryPressure)

@@ -22,7 +22,7 @@ from webhook.agent.domain.cgroup_limits import CgroupWrite
 
 
 class Capability(StrEnum):
-    MEMORY_EVICTION = "memory-eviction"      # BE evictions past the slo-controller-config watermark
+    MEMORY_EVICTION = "memory-eviction"      # evictions by memory: BEMemoryEvict, MemoryAllocatableEvict, MemoryEvict
     KUBELET_EVICTION = "kubelet-eviction"    # BE evictions past the --eviction-* thresholds
     BATCH_RESOURCES = "batch-resources"      # batch-cpu / batch-memory and mid-cpu / mid-memory in the node status
     BE_CGROUP_LIMITS = "be-cgroup-limits"    # BE pods' batch requests and limits in their cgroups
@@ -32,7 +32,7 @@ class Capability(StrEnum):
 
 # Who does the same in a Koordinator install: what to turn on there when the agent's is off.
 COUNTERPART = {
-    Capability.MEMORY_EVICTION: "koordlet's BEMemoryEvict feature gate",
+    Capability.MEMORY_EVICTION: "koordlet's BEMemoryEvict, MemoryAllocatableEvict and MemoryEvict feature gates",
     Capability.KUBELET_EVICTION: "the kubelet's own --eviction-* thresholds (for all pods, not BE first)",
     Capability.BATCH_RESOURCES: "koord-manager's slo-controller (noderesource, batch and mid resource plugins)",
     Capability.BE_CGROUP_LIMITS: "koordlet's resource executor (batch resource cgroups)",

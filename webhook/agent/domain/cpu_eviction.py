@@ -28,16 +28,23 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from webhook.agent.domain.eviction import (
-    EvictionMemory,
-    label_priority,
-    may_evict,
-    priority_class,
-    priority_value,
+from webhook.agent.domain.eviction import EvictionMemory, may_evict
+from webhook.agent.domain.priority_eviction import EVICTED as EVICTED
+from webhook.agent.domain.priority_eviction import REASON_PREFIX as REASON_PREFIX
+from webhook.agent.domain.priority_eviction import REQUEST as REQUEST
+from webhook.agent.domain.priority_eviction import USED as USED
+from webhook.agent.domain.priority_eviction import (
+    RankedPod,
+    TaskVictim,
+    allocatable_contribution,
+    ranked_fields,
+    select_task_victims,
 )
-from webhook.core.priority import KOORD_BATCH, KOORD_MID
-from webhook.core.qos import is_be, is_terminal
-from webhook.core.resources import BATCH_CPU, CPU, MID_CPU
+from webhook.agent.domain.priority_eviction import event_message as event_message
+from webhook.agent.domain.priority_eviction import priority_victims as priority_victims
+from webhook.agent.domain.priority_eviction import release_by_allocatable as release_by_allocatable
+from webhook.core.qos import is_be
+from webhook.core.resources import BATCH_CPU, CPU
 
 BE_CPU_EVICT, CPU_ALLOCATABLE_EVICT, CPU_EVICT = "BECPUEvict", "CPUAllocatableEvict", "CPUEvict"
 FEATURES = (BE_CPU_EVICT, CPU_ALLOCATABLE_EVICT, CPU_EVICT)       # koordlet's order
@@ -46,10 +53,6 @@ BE_USAGE_THRESHOLD_PERCENT = 90          # cpuEvictBEUsageThresholdPercent's def
 CPU_RELEASE_BUFFER_PERCENT = 2           # cpuEvictLowerPercent's default: the threshold − 2
 MIN_ALLOCATABLE_BATCH_MILLI = 1          # a batch-cpu allocatable of 0 counts as this (satisfaction still computed)
 COOLDOWN_SECONDS = 20.0                  # koordlet --cpu-evict-cool-time-seconds
-REASON_PREFIX = "trigger by koordlet feature "   # qosmanagerUtil.EvictReasonPrefix
-EVICTED = "evicted"                      # the reason koordlet's Evictor is given
-USED, REQUEST = "podUsed", "podResourceRequest"  # what a task's release is counted in (ReleaseTargetType)
-CLASS_RESOURCE = {KOORD_BATCH: BATCH_CPU, KOORD_MID: MID_CPU}   # the CPU resource a class requests; others: cpu
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,35 +122,26 @@ class Window:
 
 # -- the pods ------------------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
-class PodCPU:
-    """What CPU eviction needs of one pod."""
+class PodCPU(RankedPod):
+    """What CPU eviction needs of one pod: ``resource`` the CPU resource its class requests (batch-cpu, mid-cpu,
+    cpu), ``request`` of it and ``used``, milli-cores."""
 
-    namespace: str
-    name: str
-    uid: str
-    obj: dict[str, Any] = field(repr=False, compare=False)
-    be: bool                       # Koordinator QoS BE
-    priority: int                  # GetPodPriorityValueWithDefault
-    sub_priority: int              # the koordinator.sh/priority label, the priority when absent
-    resource: str                  # the CPU resource its class requests (batch-cpu, mid-cpu, cpu)
-    request_milli: int             # of that resource, milli-cores
-    batch_request_milli: int       # its batch-cpu request (the BE satisfaction's)
-    used_milli: int | None         # its CPU usage this cycle; None: not measured
-    active: bool = True            # Pending or Running
-    terminating: bool = False      # deletionTimestamp set
+    be: bool = field(default=False, kw_only=True)                 # Koordinator QoS BE
+    batch_request_milli: int = field(default=0, kw_only=True)     # its batch-cpu request (the BE satisfaction's)
+
+    @property
+    def request_milli(self) -> int:
+        return self.request
+
+    @property
+    def used_milli(self) -> int | None:
+        return self.used
 
 
 def pod_cpu(pod: dict[str, Any], request: Mapping[str, int], used_milli: float | None) -> PodCPU:
     """``request``: the pod's CPU requests, milli-cores, by resource name (cpu, batch-cpu, mid-cpu)."""
-    meta = pod.get("metadata") or {}
-    cls = priority_class(pod)
-    resource = CLASS_RESOURCE.get(cls, CPU)
-    prio = priority_value(pod)
-    phase = (pod.get("status") or {}).get("phase")
-    return PodCPU(meta.get("namespace") or "", meta.get("name") or "", meta.get("uid") or "", pod, is_be(pod),
-                  prio, label_priority(pod, prio), resource, int(request.get(resource, 0)),
-                  int(request.get(BATCH_CPU, 0)), None if used_milli is None else int(used_milli),
-                  not is_terminal(pod) and phase in (None, "Pending", "Running"), bool(meta.get("deletionTimestamp")))
+    return PodCPU(**ranked_fields(pod, CPU, request, None if used_milli is None else int(used_milli)), be=is_be(pod),
+                  batch_request_milli=int(request.get(BATCH_CPU, 0)))
 
 
 # -- what each feature releases --------------------------------------------------------------------------------
@@ -233,24 +227,6 @@ def release_by_node_usage(node_used_milli: float, capacity_milli: int, threshold
     return capacity_milli * (usage - lower_percent) // 100
 
 
-def release_by_allocatable(pods: Iterable[PodCPU], allocatable: Mapping[str, int], threshold_percent: int,
-                           lower_percent: int, priority_threshold: int) -> dict[str, int]:
-    """CPUAllocatableEvict's release by resource (``calculateMilliReleaseByAllocatableThresholdPercent``):
-    the requests of the pods up to ``priority_threshold`` over the node's ``allocatable`` (milli-cores)."""
-    requested: dict[str, int] = {}
-    for p in pods:
-        if p.priority <= priority_threshold and p.active:
-            requested[p.resource] = requested.get(p.resource, 0) + p.request_milli
-    out: dict[str, int] = {}
-    for resource, total in requested.items():
-        node = allocatable.get(resource, 0)
-        if node <= 0:
-            out[resource] = total
-        elif total / node > threshold_percent / 100:
-            out[resource] = int(total - lower_percent / 100 * node)
-    return {r: v for r, v in out.items() if v > 0}
-
-
 # -- victims -------------------------------------------------------------------------------------------------------
 def be_victims(pods: Iterable[PodCPU], feature: str = BE_CPU_EVICT) -> list[PodCPU]:
     """BECPUEvict's order (``getBEPodEvictInfoAndSort``): BE pods, spec.priority ascending, then usage over
@@ -260,15 +236,6 @@ def be_victims(pods: Iterable[PodCPU], feature: str = BE_CPU_EVICT) -> list[PodC
     def ratio(p: PodCPU) -> float:
         return (p.used_milli or 0) / p.batch_request_milli if p.batch_request_milli > 0 else 0.0
     return sorted(be, key=lambda p: (p.priority, p.sub_priority, -ratio(p), p.namespace, p.name))
-
-
-def priority_victims(pods: Iterable[PodCPU], feature: str, priority_threshold: int,
-                     by: Callable[[PodCPU], int]) -> list[PodCPU]:
-    """The priority features' order (``getPodEvictInfoAndSortByPriority``): active pods up to the threshold,
-    labelled eviction-enabled, measured; priority, koordinator.sh/priority ascending, then ``by`` descending."""
-    chosen = [p for p in pods if p.active and p.priority <= priority_threshold and p.used_milli is not None
-              and may_evict(p.obj, feature, opt_in=True)]
-    return sorted(chosen, key=lambda p: (p.priority, p.sub_priority, -by(p), p.namespace, p.name))
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,64 +255,18 @@ class CPUTask:
             return {CPU: pod.used_milli or 0}
         if self.feature == BE_CPU_EVICT:
             return {BATCH_CPU: pod.batch_request_milli}
-        return {pod.resource: pod.request_milli} if pod.resource in self.release else {}
+        return allocatable_contribution(pod, self.release)
 
     @property
     def reason(self) -> str:
         return REASON_PREFIX + self.feature
 
 
-def event_message(namespace: str, name: str, feature: str) -> str:
-    """The note of koordlet's evictPodSuccess Event (``Evictor.evictPod`` and ``KillAndEvictPods``)."""
-    return f"evict Pod:{namespace}/{name}, reason: {EVICTED}, message: {REASON_PREFIX}{feature}, kill pod: {name}"
-
-
-@dataclass(frozen=True, slots=True)
-class CPUVictim:
-    pod: PodCPU
-    feature: str
-    need: Mapping[str, int]
+CPUVictim = TaskVictim[PodCPU]
 
 
 def select_cpu_victims(tasks: Sequence[CPUTask], memory: EvictionMemory, now: float,
                        try_evict: Callable[[CPUVictim], bool],
                        ) -> tuple[list[CPUVictim], EvictionMemory, dict[str, bool]]:
-    """``KillAndEvictPods``: each task in turn takes its pods until what was released, of every task counted in
-    the same target, covers its release; a pod released once counts for every task (the larger of what it gives
-    each, per resource). Pods evicted in the last 2 minutes or terminating count as releasing. Returns the
-    victims, the memory, and for each task whether it was covered."""
-    memory = memory.pruned(now)
-    evicted = dict(memory.evicted)
-    released: dict[tuple[str, str], int] = {}
-
-    def credit(pod: PodCPU) -> None:
-        got: dict[tuple[str, str], int] = {}
-        for t in tasks:
-            for resource, amount in t.contribution(pod).items():
-                got[(t.target, resource)] = max(got.get((t.target, resource), 0), amount)
-        for k, v in got.items():
-            released[k] = released.get(k, 0) + v
-
-    def short(task: CPUTask) -> bool:
-        return any(released.get((task.target, r), 0) < need for r, need in task.release.items())
-    seen: set[str] = set()
-    for t in tasks:
-        for p in t.ranked:
-            if p.uid not in seen and (p.uid in evicted or p.terminating):
-                seen.add(p.uid)
-                credit(p)
-    victims: list[CPUVictim] = []
-    for t in tasks:
-        for p in t.ranked:
-            if not short(t):
-                break
-            if p.uid in seen:
-                continue
-            seen.add(p.uid)
-            victim = CPUVictim(p, t.feature, t.release)
-            if try_evict(victim):
-                credit(p)
-                evicted[p.uid] = now
-                victims.append(victim)
-    covered = {t.feature: not short(t) for t in tasks}
-    return victims, EvictionMemory(now if victims else memory.last_evict_time, evicted), covered
+    """The CPU features' tasks through ``KillAndEvictPods`` (``priority_eviction.select_task_victims``)."""
+    return select_task_victims(tasks, memory, now, try_evict)

@@ -47,6 +47,7 @@ MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 EVICTION_ENABLED_LABEL = "koordinator.sh/eviction-enabled"
 EVICTION_POLICY_ANNOTATION = "koordinator.sh/eviction-policy"
 BE_MEMORY_EVICT = "BEMemoryEvict"          # the feature names a policy list may hold
+MEMORY_EVICT = "MemoryEvict"               # its task's reason (webhook.agent.domain.memory_eviction)
 
 
 def eviction_policy_allows(pod: dict[str, Any], feature: str) -> bool:
@@ -191,8 +192,10 @@ def watermark_message(node: str, need: int) -> str:
 
 
 def build_tasks(acting: Iterable[Threshold], observations: Mapping[str, Observation],
-                cands: Sequence[Candidate], node: str) -> list[Task]:
-    """Watermark first (Koordinator's task order), then kubelet thresholds by amount, largest first."""
+                cands: Sequence[Candidate], node: str, memory_evict: Sequence[Candidate] | None = None,
+                memory_evict_message: str = "") -> list[Task]:
+    """Watermark first (Koordinator's task order: BEMemoryEvict, then, with ``memory_evict``, MemoryEvict's ranked
+    pods for the same amount, counted with it), then kubelet thresholds by amount, largest first."""
     tasks: list[Task] = []
     for t in acting:
         obs = observations.get(t.signal)
@@ -204,10 +207,13 @@ def build_tasks(acting: Iterable[Threshold], observations: Mapping[str, Observat
         if t.source == WATERMARK:
             tasks.append(Task(t, EVICT_BY_NODE_MEMORY_USAGE, need, tuple(rank_watermark(cands)),
                               watermark_message(node, need)))
+            if memory_evict is not None:
+                tasks.append(Task(t, MEMORY_EVICT, need, tuple(memory_evict), memory_evict_message))
         elif t.source == KUBELET:
             msg = node_low_message("memory", t, obs).replace("{", "{{").replace("}", "}}")
             tasks.append(Task(t, KUBELET_EVICTED, need, tuple(rank_kubelet(cands)), msg))
-    tasks.sort(key=lambda task: (task.reason != EVICT_BY_NODE_MEMORY_USAGE, -task.need))
+    order = {EVICT_BY_NODE_MEMORY_USAGE: 0, MEMORY_EVICT: 1}
+    tasks.sort(key=lambda task: (order.get(task.reason, 2), -task.need))
     return tasks
 
 
@@ -255,7 +261,7 @@ def select_victims(tasks: Sequence[Task], memory: EvictionMemory, now: float,
             if c.uid in seen:
                 continue
             seen.add(c.uid)
-            victim = Victim(c, task.reason, task.need, task.message.format(name=c.name))
+            victim = Victim(c, task.reason, task.need, task.message.format(name=c.name, namespace=c.namespace))
             if try_evict(victim):
                 released += c.usage
                 evicted[c.uid] = now

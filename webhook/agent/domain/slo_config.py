@@ -76,16 +76,16 @@ class ColocationStrategy(_ColocationNotActed):
 
 class _ThresholdNotActed(_Strict):
     """ResourceThresholdStrategy's fields (apis/slo/v1alpha1/nodeslo_types.go) this agent does not act on, typed
-    as json.Unmarshal decodes them."""
-
-    memoryAllocatableEvictThresholdPercent: int | None = None
-    memoryAllocatableEvictLowerPercent: int | None = None
+    as json.Unmarshal decodes them: none since MemoryAllocatableEvict (v1.8) was built."""
 
 
 class ThresholdStrategy(_ThresholdNotActed):
     enable: bool | None = None
     memoryEvictThresholdPercent: int | None = Field(None, ge=0, le=100)
     memoryEvictLowerPercent: int | None = Field(None, ge=0, le=100)
+    # MemoryAllocatableEvict (webhook.agent.domain.memory_eviction): nodeslo_types.go's min=0 and gtfield.
+    memoryAllocatableEvictThresholdPercent: int | None = Field(None, ge=0)
+    memoryAllocatableEvictLowerPercent: int | None = Field(None, ge=0)
     cpuSuppressThresholdPercent: int | None = Field(None, ge=0, le=100)
     cpuSuppressMinPercent: int | None = Field(None, ge=0, le=100)
     cpuSuppressPolicy: Literal["cpuset", "cfsQuota"] | None = None
@@ -230,15 +230,34 @@ def label_overrides(labels: Mapping[str, str]) -> tuple[dict[str, int], tuple[st
 
 
 DEFAULT_EVICT_THRESHOLD = 70  # koordlet's memoryEvictThresholdPercent
+# nodeslo_types.go's documented defaults of memoryAllocatableEvict{Threshold,Lower}Percent (koordlet itself skips
+# MemoryAllocatableEvict without them; this agent takes the documented ones, as for CPUAllocatableEvict).
+DEFAULT_ALLOCATABLE_EVICT_THRESHOLD, DEFAULT_ALLOCATABLE_EVICT_LOWER = 110, 100
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryEvict:
-    """The memory watermark for one node (resource-threshold-config), every field resolved."""
+    """The memory eviction keys for one node (resource-threshold-config), resolved: the watermark BEMemoryEvict
+    and MemoryEvict share, MemoryEvict's priority threshold and MemoryAllocatableEvict's keys (``None``: not
+    configured, the feature needing it does not run)."""
 
     enable: bool = False
     memoryEvictThresholdPercent: int = DEFAULT_EVICT_THRESHOLD
     memoryEvictLowerPercent: int = DEFAULT_EVICT_THRESHOLD - 2
+    evictEnabledPriorityThreshold: int | None = None
+    memoryAllocatableEvictThresholdPercent: int = DEFAULT_ALLOCATABLE_EVICT_THRESHOLD
+    memoryAllocatableEvictLowerPercent: int = DEFAULT_ALLOCATABLE_EVICT_LOWER
+    allocatableEvictPriorityThreshold: int | None = None
+
+    @property
+    def memory_evict(self) -> bool:
+        """MemoryEvict runs: the watermark on and evictEnabledPriorityThreshold set (memory_evict.go's config check)."""
+        return self.enable and self.evictEnabledPriorityThreshold is not None
+
+    @property
+    def allocatable_evict(self) -> bool:
+        """MemoryAllocatableEvict runs: on, and allocatableEvictPriorityThreshold set."""
+        return self.enable and self.allocatableEvictPriorityThreshold is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -306,7 +325,10 @@ def _memory_evict(fields: Mapping[str, Any]) -> MemoryEvict:
     lower = fields.get("memoryEvictLowerPercent")
     if lower is None:
         lower = max(threshold - 2, 0)
-    return MemoryEvict(bool(fields.get("enable", False)), threshold, lower)
+    given = {k: fields[k] for k in ("evictEnabledPriorityThreshold", "memoryAllocatableEvictThresholdPercent",
+                                    "memoryAllocatableEvictLowerPercent", "allocatableEvictPriorityThreshold")
+             if fields.get(k) is not None}
+    return MemoryEvict(bool(fields.get("enable", False)), threshold, lower, **given)
 
 
 def _describe(key: str, where: str, exc: ValidationError) -> str:
@@ -378,6 +400,13 @@ def _check_watermarks(key: str, where: str, fields: Mapping[str, Any]) -> None:
     if lower is not None and lower >= threshold:
         raise SloConfigError(f"{key}: {where}memoryEvictLowerPercent ({lower}) must be less than "
                              f"memoryEvictThresholdPercent ({threshold})")
+    a_threshold = fields.get("memoryAllocatableEvictThresholdPercent")
+    a_lower = fields.get("memoryAllocatableEvictLowerPercent")
+    a_threshold = DEFAULT_ALLOCATABLE_EVICT_THRESHOLD if a_threshold is None else a_threshold
+    a_lower = DEFAULT_ALLOCATABLE_EVICT_LOWER if a_lower is None else a_lower
+    if a_lower >= a_threshold:
+        raise SloConfigError(f"{key}: {where}memoryAllocatableEvictLowerPercent ({a_lower}) must be less than "
+                             f"memoryAllocatableEvictThresholdPercent ({a_threshold})")
 
 
 def _check_cpu_evict(key: str, where: str, fields: Mapping[str, Any]) -> None:
