@@ -69,6 +69,8 @@ TESTED_THROUGH: dict[str, tuple[str, ...]] = {
     "webhook/agent/domain/event_series.py": ("tests/agent/edges/test_actions.py",),
     "webhook/agent/domain/memory_notify.py": ("tests/agent/edges/test_notify.py",),
     "webhook/agent/domain/sample.py": ("tests/agent/edges/test_collectors.py",),
+    "webhook/agent/domain/priority_eviction.py": ("tests/agent/domain/test_cpu_eviction.py",
+                                                  "tests/agent/domain/test_memory_eviction.py"),
     "webhook/agent/edges/metrics_server.py": ("tests/deploy/test_monitoring.py",),
     "webhook/agent/loop.py": ("tests/e2e/test_agent_kernel.py",),
     "webhook/agent/metrics.py": ("tests/deploy/test_monitoring.py", "tests/agent/edges/test_notify.py"),
