@@ -61,8 +61,6 @@ TESTED_THROUGH: dict[str, tuple[str, ...]] = {
                                           "tests/admission/rules/validating/test_quota_constraints.py"),
     "webhook/agent/capabilities/cgroup_limits.py": ("tests/agent/edges/test_cgroups.py", "tests/agent/test_cycle.py"),
     "webhook/agent/capabilities/cgroup_plan.py": ("tests/agent/edges/test_cgroups.py", "tests/agent/test_cycle.py"),
-    "webhook/agent/capabilities/memory_eviction.py": ("tests/agent/capabilities/test_contract.py",
-                                                      "tests/agent/test_cycle.py"),
     "webhook/agent/capabilities/shared.py": ("tests/agent/capabilities/test_contract.py",),
     "webhook/agent/domain/coexistence.py": ("tests/agent/test_coexistence.py",),
     "webhook/agent/domain/durations.py": ("tests/agent/domain/test_thresholds.py",),
