@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from webhook.agent.domain import cpu_eviction as ce
+from webhook.agent.domain import priority_eviction as pe
 from webhook.agent.domain.eviction import EvictionMemory
 from webhook.agent.domain.slo_config import SloConfigError, parse_slo_config
 from webhook.core.resources import BATCH_CPU, CPU, MID_CPU
@@ -141,7 +142,7 @@ MID = {"koordinator.sh/priority-class": "koord-mid"}
 def test_calculate_milli_release_by_allocatable_threshold_percent(
         name: str, allocatable: dict[str, int], pods: list[ce.PodCPU], threshold: int, lower: int, priority: int,
         expect: dict[str, int]) -> None:
-    assert ce.release_by_allocatable(pods, allocatable, threshold, lower, priority) == expect
+    assert pe.release_by_allocatable(pods, allocatable, threshold, lower, priority) == expect
 
 
 def test_a_mid_pod_requests_mid_cpu() -> None:
@@ -235,7 +236,7 @@ ENABLED = {"koordinator.sh/eviction-enabled": "true"}
 def test_the_priority_features_take_only_pods_labelled_eviction_enabled() -> None:
     pods = [pod("a", priority=5000, used=100), pod("b", priority=5000, used=100, labels=ENABLED),
             pod("c", priority=5000, used=100, labels={"koordinator.sh/eviction-enabled": "false"})]
-    assert [p.name for p in ce.priority_victims(pods, ce.CPU_EVICT, 5999, lambda p: p.used_milli or 0)] == ["b"]
+    assert [p.name for p in pe.priority_victims(pods, ce.CPU_EVICT, 5999, lambda p: p.used_milli or 0)] == ["b"]
     assert [p.name for p in ce.be_victims(pods)] == ["a", "b"]     # the BE feature needs no opt-in; "false" opts out
 
 
@@ -255,7 +256,7 @@ def test_priority_then_the_priority_label_then_usage() -> None:
             pod("above-threshold", priority=7000, used=5000, labels=ENABLED),
             pod("unmeasured", priority=5000, used=None, labels=ENABLED),
             pod("done", priority=5000, used=5000, labels=ENABLED, phase="Succeeded")]
-    got = ce.priority_victims(pods, ce.CPU_EVICT, 5999, lambda p: p.used_milli or 0)
+    got = pe.priority_victims(pods, ce.CPU_EVICT, 5999, lambda p: p.used_milli or 0)
     assert [p.name for p in got] == ["lower-priority", "labelled-first", "high-used", "low-used"]
 
 
@@ -263,9 +264,9 @@ def test_tasks_share_what_a_victim_releases_and_stop_once_covered() -> None:
     a = pod("a", request=3000, priority=5000, used=2500, labels=ENABLED)
     b = pod("b", request=3000, priority=5000, used=2000, labels=ENABLED)
     c = pod("c", request=3000, priority=5000, used=1000, labels=ENABLED)
-    be = ce.CPUTask(ce.BE_CPU_EVICT, ce.REQUEST, {BATCH_CPU: 2000}, (a, b, c), "")
-    alloc = ce.CPUTask(ce.CPU_ALLOCATABLE_EVICT, ce.REQUEST, {BATCH_CPU: 5000}, (c, b, a), "")
-    used = ce.CPUTask(ce.CPU_EVICT, ce.USED, {CPU: 4000}, (a, b, c), "")
+    be = ce.CPUTask(ce.BE_CPU_EVICT, pe.REQUEST, {BATCH_CPU: 2000}, (a, b, c), "")
+    alloc = ce.CPUTask(ce.CPU_ALLOCATABLE_EVICT, pe.REQUEST, {BATCH_CPU: 5000}, (c, b, a), "")
+    used = ce.CPUTask(ce.CPU_EVICT, pe.USED, {CPU: 4000}, (a, b, c), "")
     tried: list[str] = []
 
     def evict(v: ce.CPUVictim) -> bool:
@@ -282,5 +283,5 @@ def test_tasks_share_what_a_victim_releases_and_stop_once_covered() -> None:
 
 
 def test_the_event_says_what_koordlet_says() -> None:
-    assert ce.event_message("ns", "p", ce.BE_CPU_EVICT) == (
+    assert pe.event_message("ns", "p", ce.BE_CPU_EVICT) == (
         "evict Pod:ns/p, reason: evicted, message: trigger by koordlet feature BECPUEvict, kill pod: p")

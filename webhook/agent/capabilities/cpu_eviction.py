@@ -19,6 +19,7 @@ from webhook.agent.capabilities.contract import Readings
 from webhook.agent.capabilities.shared import Shared
 from webhook.agent.coexistence import Coexistence
 from webhook.agent.domain import cpu_eviction as ce
+from webhook.agent.domain import priority_eviction as pe
 from webhook.agent.domain.cgroup_limits import DEFAULT_CFS_PERIOD, UNLIMITED
 from webhook.agent.domain.coexistence import Capability
 from webhook.agent.domain.eviction import EVENT_REASON_SUCCESS, EvictionMemory
@@ -113,7 +114,7 @@ class CpuEviction(Shared):
             got = ce.be_satisfaction(self.window, window_seconds, None if batch is None else float(batch), cfg)
             if got.release <= 0:
                 return got.why
-            return ce.CPUTask(feature, ce.REQUEST, {BATCH_CPU: got.release}, tuple(ce.be_victims(pods)), got.why)
+            return ce.CPUTask(feature, pe.REQUEST, {BATCH_CPU: got.release}, tuple(ce.be_victims(pods)), got.why)
         if feature == ce.CPU_EVICT:
             node_used, _ = self.window.average(lambda p: p.node_used)
             threshold = cfg.cpuEvictThresholdPercent or 0
@@ -121,19 +122,19 @@ class CpuEviction(Shared):
             percent = int(node_used) * 100 // capacity if capacity else 0
             if release <= 0:
                 return f"node CPU {percent}% below {threshold}%"
-            ranked = ce.priority_victims(pods, feature, cfg.evictEnabledPriorityThreshold or 0,
+            ranked = pe.priority_victims(pods, feature, cfg.evictEnabledPriorityThreshold or 0,
                                          lambda p: p.used_milli or 0)
-            return ce.CPUTask(feature, ce.USED, {CPU: release}, tuple(ranked),
+            return ce.CPUTask(feature, pe.USED, {CPU: release}, tuple(ranked),
                               f"node CPU {percent}% at or above {threshold}%: release {release}m used down to "
                               f"{cfg.lower_percent}%")
         threshold = cfg.allocatableEvictPriorityThreshold or 0
         node = {r: _milli(r, alloc.get(r)) for r in (CPU, BATCH_CPU, MID_CPU)}
-        releases = ce.release_by_allocatable(pods, node, cfg.cpuAllocatableEvictThresholdPercent,
+        releases = pe.release_by_allocatable(pods, node, cfg.cpuAllocatableEvictThresholdPercent,
                                              cfg.cpuAllocatableEvictLowerPercent, threshold)
         if not releases:
             return f"requests within {cfg.cpuAllocatableEvictThresholdPercent}% of the allocatable"
-        ranked = ce.priority_victims(pods, feature, threshold, lambda p: p.request_milli)
-        return ce.CPUTask(feature, ce.REQUEST, releases, tuple(ranked),
+        ranked = pe.priority_victims(pods, feature, threshold, lambda p: p.request_milli)
+        return ce.CPUTask(feature, pe.REQUEST, releases, tuple(ranked),
                           f"requests past {cfg.cpuAllocatableEvictThresholdPercent}% of the allocatable: release "
                           + ", ".join(f"{v} of {r}" for r, v in sorted(releases.items())))
 
@@ -166,7 +167,7 @@ class CpuEviction(Shared):
 
     def _try_evict(self, v: ce.CPUVictim) -> bool:
         p = v.pod
-        return self.evict(p.namespace, p.name, p.uid, v.feature, ce.event_message(p.namespace, p.name, v.feature),
+        return self.evict(p.namespace, p.name, p.uid, v.feature, pe.event_message(p.namespace, p.name, v.feature),
                           EVENT_REASON_SUCCESS, f"priority {p.priority}, cpu {p.used_milli}m, need {dict(v.need)}")
 
 

@@ -29,20 +29,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from webhook.agent.domain.eviction import EvictionMemory, may_evict
-from webhook.agent.domain.priority_eviction import EVICTED as EVICTED
-from webhook.agent.domain.priority_eviction import REASON_PREFIX as REASON_PREFIX
-from webhook.agent.domain.priority_eviction import REQUEST as REQUEST
-from webhook.agent.domain.priority_eviction import USED as USED
 from webhook.agent.domain.priority_eviction import (
+    REASON_PREFIX,
     RankedPod,
     TaskVictim,
     allocatable_contribution,
     ranked_fields,
     select_task_victims,
 )
-from webhook.agent.domain.priority_eviction import event_message as event_message
-from webhook.agent.domain.priority_eviction import priority_victims as priority_victims
-from webhook.agent.domain.priority_eviction import release_by_allocatable as release_by_allocatable
 from webhook.core.qos import is_be
 from webhook.core.resources import BATCH_CPU, CPU
 

@@ -25,14 +25,18 @@ class CollectError(Exception):
 
 
 # -- /proc ------------------------------------------------------------------------------------------
+def _read(path: Path) -> bytes:
+    """A /proc file whole; CollectError naming it when it cannot be read."""
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise CollectError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
 def read_meminfo(proc_root: Path) -> tuple[int, int]:
     """(MemTotal, MemAvailable) in bytes."""
     path = proc_root / "meminfo"
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise CollectError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return parse_meminfo(text, path)
+    return parse_meminfo(_read(path), path)
 
 
 def parse_meminfo(text: bytes, path: Path) -> tuple[int, int]:
@@ -95,11 +99,7 @@ class MeminfoReader:
 def read_cpu_ticks(proc_root: Path) -> tuple[int, int, int]:
     """(busy jiffies, total jiffies, number of CPUs) from the aggregate ``cpu`` line."""
     path = proc_root / "stat"
-    try:
-        text = path.read_bytes()
-    except OSError as exc:
-        raise CollectError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    return parse_cpu_ticks(text, path)
+    return parse_cpu_ticks(_read(path), path)
 
 
 def parse_cpu_ticks(text: bytes, path: Path) -> tuple[int, int, int]:
