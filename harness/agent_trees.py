@@ -74,7 +74,11 @@ def tick_cpu(root: Path, busy: int = 100, idle: int = 100) -> None:
             values[3] += idle // share
             line = f"{name}{'  ' if name == 'cpu' else ' '}{' '.join(str(v) for v in values)}"
         out.append(line)
-    path.write_text("\n".join(out) + "\n")
+    # In place and in one write, never truncated first: the agent reads this file at any moment (and keeps it open,
+    # as it keeps /proc/stat), and an empty file between the truncation and the write is "no aggregate cpu line".
+    with path.open("r+b") as f:
+        f.write(("\n".join(out) + "\n").encode())
+        f.truncate()
 
 
 def _memory_stat_v2(inactive: int) -> str:
